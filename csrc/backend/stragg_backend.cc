@@ -1,0 +1,441 @@
+#include "backend/stragg_backend.h"
+
+#include <c10/util/Exception.h>
+#include <c10/util/Logging.h>
+
+#include <sstream>
+
+#include "backend/store_rendezvous.h"
+#include "runtime/error.h"
+#include "runtime/host_identity.h"
+#include "runtime/reduce.h"
+#include "runtime/ring_plan.h"
+
+namespace stragg {
+namespace {
+
+std::vector<std::string> split_lines(const std::string& s) {
+  std::vector<std::string> out;
+  std::istringstream in(s);
+  std::string line;
+  while (std::getline(in, line)) out.push_back(line);
+  return out;
+}
+
+// Errors from the runtime reach Python as torch.distributed.DistBackendError (a RuntimeError).
+std::exception_ptr as_dist_error(const std::exception& e) {
+  try {
+    C10_THROW_ERROR(DistBackendError, e.what());
+  } catch (...) {
+    return std::current_exception();
+  }
+}
+
+}  // namespace
+
+StraggBackend::StraggBackend(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
+                             std::chrono::milliseconds timeout, std::string group_name,
+                             BackendConfig config)
+    : c10d::Backend(rank, size), group_name_(std::move(group_name)), timeout_(timeout) {
+  const std::string& mode = config.transport;
+  TORCH_CHECK(mode == "auto" || mode == "shm" || mode == "gloo", "stragg: rank ", rank,
+              ": unknown STRAGG_TRANSPORT '", mode, "' (expected auto, shm or gloo)");
+  if (size > 1) {
+    StoreRendezvous rdv(store);
+    std::vector<std::string> hello;
+    try {
+      hello = exchange_all(rdv, "hello", rank, size, host_identity() + "\n" + mode, timeout,
+                           "process group setup");
+    } catch (const Error& e) {
+      C10_THROW_ERROR(DistBackendError, e.what());
+    }
+    bool same_host = true;
+    std::string first_host;
+    for (int r = 0; r < size; ++r) {
+      auto f = split_lines(hello[r]);
+      TORCH_CHECK(f.size() == 2, "stragg: rank ", rank, ": bad setup record from rank ", r);
+      if (r == 0) first_host = f[0];
+      if (f[0] != first_host) same_host = false;
+      TORCH_CHECK(f[1] == mode, "stragg: rank ", rank, ": STRAGG_TRANSPORT mismatch: rank ", r,
+                  " uses '", f[1], "', rank ", rank, " uses '", mode, "'");
+    }
+    if (mode == "gloo" || (mode == "auto" && !same_host)) {
+      path_ = AllreducePath::Delegate;
+    } else {
+      TORCH_CHECK(same_host, "stragg: rank ", rank,
+                  ": STRAGG_TRANSPORT=shm but the ranks are not on one host (different host, "
+                  "boot or network namespace)");
+      path_ = AllreducePath::Shm;
+      config.shm.setup_timeout = timeout;
+      try {
+        shm_ = std::make_unique<ShmTransport>(rdv, "shm", rank, size, config.shm);
+      } catch (const Error& e) {
+        C10_THROW_ERROR(DistBackendError, e.what());
+      }
+      executor_ = std::make_unique<Executor>(*shm_);
+    }
+  }
+  LOG(INFO) << "stragg: rank " << rank << " of group '" << group_name_ << "' (size " << size
+            << "): all_reduce via " << transport_name();
+  worker_ = std::thread([this] { worker_loop(); });
+}
+
+StraggBackend::~StraggBackend() { stop_worker("the process group was destroyed"); }
+
+void StraggBackend::attach_inner(const std::string& device,
+                                 c10::intrusive_ptr<c10d::Backend> inner) {
+  if (device == "cpu") {
+    cpu_inner_ = std::move(inner);
+  } else if (device == "cuda") {
+    cuda_inner_ = std::move(inner);
+  } else {
+    TORCH_CHECK(false, "stragg: unknown inner backend device '", device, "'");
+  }
+}
+
+std::string StraggBackend::transport_name() const {
+  switch (path_) {
+    case AllreducePath::Local:
+      return "local";
+    case AllreducePath::Shm:
+      return "shm";
+    case AllreducePath::Delegate:
+      return "gloo";
+  }
+  return "unknown";
+}
+
+std::map<std::string, int64_t> StraggBackend::stats() const {
+  std::map<std::string, int64_t> s;
+  s["allreduce_calls"] = allreduce_calls_.load();
+  s["allreduce_bytes"] = allreduce_bytes_.load();
+  s["delegated_calls"] = delegated_calls_.load();
+  s["failed_calls"] = failed_calls_.load();
+  s["rank"] = getRank();
+  s["size"] = getSize();
+  if (shm_) {
+    s["shm_slot_bytes"] = static_cast<int64_t>(shm_->options().slot_bytes);
+    s["shm_slots"] = static_cast<int64_t>(shm_->options().num_slots);
+  }
+  return s;
+}
+
+std::chrono::milliseconds StraggBackend::effective_timeout(
+    std::chrono::milliseconds requested) const {
+  return requested == c10d::kUnsetTimeout ? timeout_ : requested;
+}
+
+c10d::Backend& StraggBackend::inner_for(c10::DeviceType type, const char* op) {
+  auto& inner = type == c10::DeviceType::CUDA ? cuda_inner_ : cpu_inner_;
+  TORCH_CHECK(inner, "stragg: rank ", getRank(), ": ", op, " on ", c10::DeviceTypeName(type),
+              " tensors needs an inner ", type == c10::DeviceType::CUDA ? "NCCL" : "Gloo",
+              " backend, which is not available (torch build without it, or no device visible)");
+  delegated_calls_.fetch_add(1);
+  return *inner;
+}
+
+c10d::Backend& StraggBackend::inner_for(const std::vector<at::Tensor>& tensors, const char* op) {
+  return inner_for(tensors.empty() ? c10::DeviceType::CPU : tensors[0].device().type(), op);
+}
+
+// ---------------------------------------------------------------------------------------------
+// all_reduce on stragg's executor
+
+c10::intrusive_ptr<c10d::Work> StraggBackend::allreduce(std::vector<at::Tensor>& tensors,
+                                                        const c10d::AllreduceOptions& opts) {
+  TORCH_CHECK(tensors.size() == 1, "stragg: rank ", getRank(),
+              ": all_reduce takes exactly one tensor per process, got ", tensors.size());
+  const at::Tensor& t = tensors[0];
+  if (t.is_sparse()) return inner_for(tensors, "sparse all_reduce").allreduce(tensors, opts);
+  if (!t.device().is_cpu() || path_ == AllreducePath::Delegate) {
+    return inner_for(tensors, "all_reduce").allreduce(tensors, opts);
+  }
+  at::Tensor view = t;
+  if (t.is_complex()) {
+    TORCH_CHECK(opts.reduceOp.op_ == c10d::ReduceOp::SUM ||
+                    opts.reduceOp.op_ == c10d::ReduceOp::AVG ||
+                    opts.reduceOp.op_ == c10d::ReduceOp::PREMUL_SUM,
+                "stragg: rank ", getRank(), ": all_reduce: ReduceOp.",
+                c10d_reduce_op_name(opts.reduceOp), " is not defined for complex tensors");
+    view = at::view_as_real(t.is_contiguous() ? t : t.contiguous());
+  }
+  auto dtype = to_runtime_dtype(view.scalar_type());
+  TORCH_CHECK(dtype.has_value(), "stragg: rank ", getRank(), ": all_reduce: dtype ",
+              view.scalar_type(), " is not supported");
+  Task task;
+  task.dtype = *dtype;
+  task.op = lower_reduce_op(opts.reduceOp, *dtype, getRank());
+  task.user = {t};
+  task.buffer = view.is_contiguous() ? view : view.contiguous();
+  task.copy_back = !(t.is_contiguous() && !t.is_complex());
+  task.timeout = effective_timeout(opts.timeout);
+  task.work = c10::make_intrusive<StraggWork>(getRank(), c10d::OpType::ALLREDUCE,
+                                              "stragg:all_reduce", task.user);
+  return enqueue(std::move(task));
+}
+
+c10::intrusive_ptr<c10d::Work> StraggBackend::allreduce_coalesced(
+    std::vector<at::Tensor>& tensors, const c10d::AllreduceCoalescedOptions& opts) {
+  TORCH_CHECK(!tensors.empty(), "stragg: rank ", getRank(),
+              ": all_reduce_coalesced needs at least one tensor");
+  bool all_cpu_dense = true;
+  for (const auto& t : tensors) {
+    all_cpu_dense = all_cpu_dense && t.device().is_cpu() && !t.is_sparse() && !t.is_complex();
+    TORCH_CHECK(t.scalar_type() == tensors[0].scalar_type(), "stragg: rank ", getRank(),
+                ": all_reduce_coalesced needs tensors of one dtype, got ", tensors[0].scalar_type(),
+                " and ", t.scalar_type());
+  }
+  if (!all_cpu_dense || path_ == AllreducePath::Delegate) {
+    return inner_for(tensors, "all_reduce_coalesced").allreduce_coalesced(tensors, opts);
+  }
+  auto dtype = to_runtime_dtype(tensors[0].scalar_type());
+  TORCH_CHECK(dtype.has_value(), "stragg: rank ", getRank(), ": all_reduce_coalesced: dtype ",
+              tensors[0].scalar_type(), " is not supported");
+  std::vector<at::Tensor> flat;
+  flat.reserve(tensors.size());
+  for (const auto& t : tensors) flat.push_back(t.reshape({-1}));
+  Task task;
+  task.dtype = *dtype;
+  task.op = lower_reduce_op(opts.reduceOp, *dtype, getRank());
+  task.user = tensors;
+  task.buffer = at::cat(flat);
+  task.copy_back = true;
+  task.timeout = effective_timeout(opts.timeout);
+  task.name = "all_reduce_coalesced";
+  task.work = c10::make_intrusive<StraggWork>(getRank(), c10d::OpType::ALLREDUCE_COALESCED,
+                                              "stragg:all_reduce_coalesced", task.user);
+  return enqueue(std::move(task));
+}
+
+c10::intrusive_ptr<c10d::Work> StraggBackend::allreduce_sparse(
+    std::vector<at::Tensor>& tensors, const c10d::AllreduceOptions& opts) {
+  return inner_for(tensors, "sparse all_reduce").allreduce_sparse(tensors, opts);
+}
+
+c10::intrusive_ptr<c10d::Work> StraggBackend::enqueue(Task task) {
+  auto work = task.work;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    TORCH_CHECK(!stopping_, "stragg: rank ", getRank(), ": ", task.name,
+                " on a process group that was shut down");
+    task.seq = next_seq_++;
+    queue_.push_back(std::move(task));
+  }
+  cv_.notify_one();
+  return work;
+}
+
+void StraggBackend::worker_loop() {
+  while (true) {
+    Task task;
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      cv_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
+      if (queue_.empty()) return;
+      task = std::move(queue_.front());
+      queue_.pop_front();
+    }
+    std::exception_ptr error;
+    running_task_.store(true);
+    try {
+      run_task(task);
+      allreduce_calls_.fetch_add(1);
+      allreduce_bytes_.fetch_add(static_cast<int64_t>(task.buffer.nbytes()));
+    } catch (const c10::Error&) {
+      error = std::current_exception();
+    } catch (const std::exception& e) {
+      error = as_dist_error(e);
+    }
+    running_task_.store(false);
+    if (error) failed_calls_.fetch_add(1);
+    task.work->complete(error);
+  }
+}
+
+void StraggBackend::run_task(Task& task) {
+  void* data = task.buffer.data_ptr();
+  const size_t numel = static_cast<size_t>(task.buffer.numel());
+  if (task.op.premul && numel > 0) scale_inplace(task.dtype, data, numel, task.op.premul_factor);
+  if (executor_) {
+    CollectiveSpec spec;
+    spec.op_name = task.name;
+    spec.seq = task.seq;
+    spec.dtype = task.dtype;
+    spec.op = task.op.op;
+    spec.numel = numel;
+    executor_->run(ring_allreduce_plan(getRank(), getSize(), numel), spec, data, task.timeout);
+  }
+  if (task.op.average && numel > 0) divide_inplace(task.dtype, data, numel, getSize());
+  if (!task.copy_back) return;
+  if (task.user.size() == 1) {
+    const at::Tensor& out = task.user[0];
+    if (out.is_complex()) {
+      out.copy_(at::view_as_complex(task.buffer));
+    } else {
+      out.copy_(task.buffer.view(out.sizes()));
+    }
+    return;
+  }
+  int64_t offset = 0;
+  for (auto& out : task.user) {
+    const int64_t n = out.numel();
+    out.copy_(task.buffer.narrow(0, offset, n).view(out.sizes()));
+    offset += n;
+  }
+}
+
+void StraggBackend::stop_worker(const char* why) {
+  std::deque<Task> orphans;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (stopping_ && !worker_.joinable()) return;
+    stopping_ = true;
+    orphans.swap(queue_);
+  }
+  cv_.notify_all();
+  // A collective still running here will never be completed by this rank: abort it so the worker
+  // (and the peers) stop waiting now instead of at the timeout.
+  if (running_task_.load() && shm_) {
+    shm_->signal_abort("stragg: rank " + std::to_string(getRank()) + ": " + why +
+                       " while a collective was running");
+  }
+  for (auto& task : orphans) {
+    task.work->complete(std::make_exception_ptr(std::runtime_error(
+        "stragg: rank " + std::to_string(getRank()) + ": " + task.name + " #" +
+        std::to_string(task.seq) + " did not run: " + why)));
+  }
+  if (worker_.joinable() && worker_.get_id() != std::this_thread::get_id()) worker_.join();
+}
+
+void StraggBackend::shutdown() {
+  stop_worker("the process group was shut down");
+  if (cpu_inner_) cpu_inner_->shutdown();
+  if (cuda_inner_) cuda_inner_->shutdown();
+}
+
+void StraggBackend::abort() {
+  if (shm_) {
+    shm_->signal_abort("stragg: rank " + std::to_string(getRank()) +
+                       " aborted the process group");
+  }
+  stop_worker("the process group was aborted");
+  if (cpu_inner_) cpu_inner_->abort();
+  if (cuda_inner_) cuda_inner_->abort();
+}
+
+// ---------------------------------------------------------------------------------------------
+// Delegated collectives
+
+c10::intrusive_ptr<c10d::Work> StraggBackend::broadcast(std::vector<at::Tensor>& tensors,
+                                                        const c10d::BroadcastOptions& opts) {
+  return inner_for(tensors, "broadcast").broadcast(tensors, opts);
+}
+
+c10::intrusive_ptr<c10d::Work> StraggBackend::reduce(std::vector<at::Tensor>& tensors,
+                                                     const c10d::ReduceOptions& opts) {
+  return inner_for(tensors, "reduce").reduce(tensors, opts);
+}
+
+c10::intrusive_ptr<c10d::Work> StraggBackend::allgather(
+    std::vector<std::vector<at::Tensor>>& outputs, std::vector<at::Tensor>& inputs,
+    const c10d::AllgatherOptions& opts) {
+  return inner_for(inputs, "all_gather").allgather(outputs, inputs, opts);
+}
+
+c10::intrusive_ptr<c10d::Work> StraggBackend::_allgather_base(at::Tensor& output,
+                                                              at::Tensor& input,
+                                                              const c10d::AllgatherOptions& opts) {
+  return inner_for(input.device().type(), "all_gather_into_tensor")
+      ._allgather_base(output, input, opts);
+}
+
+c10::intrusive_ptr<c10d::Work> StraggBackend::allgather_coalesced(
+    std::vector<std::vector<at::Tensor>>& outputs, std::vector<at::Tensor>& inputs,
+    const c10d::AllgatherOptions& opts) {
+  return inner_for(inputs, "all_gather_coalesced").allgather_coalesced(outputs, inputs, opts);
+}
+
+c10::intrusive_ptr<c10d::Work> StraggBackend::allgather_into_tensor_coalesced(
+    std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
+    const c10d::AllgatherOptions& opts) {
+  return inner_for(inputs, "all_gather_into_tensor_coalesced")
+      .allgather_into_tensor_coalesced(outputs, inputs, opts);
+}
+
+c10::intrusive_ptr<c10d::Work> StraggBackend::gather(
+    std::vector<std::vector<at::Tensor>>& outputs, std::vector<at::Tensor>& inputs,
+    const c10d::GatherOptions& opts) {
+  return inner_for(inputs, "gather").gather(outputs, inputs, opts);
+}
+
+c10::intrusive_ptr<c10d::Work> StraggBackend::scatter(
+    std::vector<at::Tensor>& outputs, std::vector<std::vector<at::Tensor>>& inputs,
+    const c10d::ScatterOptions& opts) {
+  return inner_for(outputs, "scatter").scatter(outputs, inputs, opts);
+}
+
+c10::intrusive_ptr<c10d::Work> StraggBackend::reduce_scatter(
+    std::vector<at::Tensor>& outputs, std::vector<std::vector<at::Tensor>>& inputs,
+    const c10d::ReduceScatterOptions& opts) {
+  return inner_for(outputs, "reduce_scatter").reduce_scatter(outputs, inputs, opts);
+}
+
+c10::intrusive_ptr<c10d::Work> StraggBackend::_reduce_scatter_base(
+    at::Tensor& output, at::Tensor& input, const c10d::ReduceScatterOptions& opts) {
+  return inner_for(input.device().type(), "reduce_scatter_tensor")
+      ._reduce_scatter_base(output, input, opts);
+}
+
+c10::intrusive_ptr<c10d::Work> StraggBackend::reduce_scatter_tensor_coalesced(
+    std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
+    const c10d::ReduceScatterOptions& opts) {
+  return inner_for(inputs, "reduce_scatter_tensor_coalesced")
+      .reduce_scatter_tensor_coalesced(outputs, inputs, opts);
+}
+
+c10::intrusive_ptr<c10d::Work> StraggBackend::alltoall_base(
+    at::Tensor& output, at::Tensor& input, std::vector<int64_t>& output_split_sizes,
+    std::vector<int64_t>& input_split_sizes, const c10d::AllToAllOptions& opts) {
+  return inner_for(input.device().type(), "all_to_all_single")
+      .alltoall_base(output, input, output_split_sizes, input_split_sizes, opts);
+}
+
+c10::intrusive_ptr<c10d::Work> StraggBackend::alltoall(std::vector<at::Tensor>& outputs,
+                                                       std::vector<at::Tensor>& inputs,
+                                                       const c10d::AllToAllOptions& opts) {
+  return inner_for(inputs, "all_to_all").alltoall(outputs, inputs, opts);
+}
+
+c10::intrusive_ptr<c10d::Work> StraggBackend::send(std::vector<at::Tensor>& tensors, int dst_rank,
+                                                   int tag) {
+  return inner_for(tensors, "send").send(tensors, dst_rank, tag);
+}
+
+c10::intrusive_ptr<c10d::Work> StraggBackend::recv(std::vector<at::Tensor>& tensors, int src_rank,
+                                                   int tag) {
+  return inner_for(tensors, "recv").recv(tensors, src_rank, tag);
+}
+
+c10::intrusive_ptr<c10d::Work> StraggBackend::recvAnysource(std::vector<at::Tensor>& tensors,
+                                                            int tag) {
+  return inner_for(tensors, "recv").recvAnysource(tensors, tag);
+}
+
+c10::intrusive_ptr<c10d::Work> StraggBackend::barrier(const c10d::BarrierOptions& opts) {
+  return inner_for(cpu_inner_ ? c10::DeviceType::CPU : c10::DeviceType::CUDA, "barrier")
+      .barrier(opts);
+}
+
+void StraggBackend::monitoredBarrier(const c10d::BarrierOptions& opts, bool wait_all_ranks) {
+  inner_for(c10::DeviceType::CPU, "monitored_barrier").monitoredBarrier(opts, wait_all_ranks);
+}
+
+void StraggBackend::setSequenceNumberForGroup() {
+  if (cpu_inner_) cpu_inner_->setSequenceNumberForGroup();
+}
+
+uint64_t StraggBackend::getSequenceNumberForGroup() {
+  return cpu_inner_ ? cpu_inner_->getSequenceNumberForGroup() : 0;
+}
+
+}  // namespace stragg

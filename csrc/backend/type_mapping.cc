@@ -1,0 +1,111 @@
+#include "backend/type_mapping.h"
+
+#include <c10/util/Exception.h>
+
+#include "runtime/reduce.h"
+
+namespace stragg {
+
+std::optional<DType> to_runtime_dtype(at::ScalarType t) {
+  switch (t) {
+    case at::kFloat:
+      return DType::Float32;
+    case at::kDouble:
+      return DType::Float64;
+    case at::kHalf:
+      return DType::Float16;
+    case at::kBFloat16:
+      return DType::BFloat16;
+    case at::kChar:
+      return DType::Int8;
+    case at::kByte:
+      return DType::UInt8;
+    case at::kShort:
+      return DType::Int16;
+    case at::kInt:
+      return DType::Int32;
+    case at::kLong:
+      return DType::Int64;
+    case at::kBool:
+      return DType::Bool;
+    default:
+      return std::nullopt;
+  }
+}
+
+std::string c10d_reduce_op_name(const c10d::ReduceOp& op) {
+  switch (op.op_) {
+    case c10d::ReduceOp::SUM:
+      return "SUM";
+    case c10d::ReduceOp::AVG:
+      return "AVG";
+    case c10d::ReduceOp::PRODUCT:
+      return "PRODUCT";
+    case c10d::ReduceOp::MIN:
+      return "MIN";
+    case c10d::ReduceOp::MAX:
+      return "MAX";
+    case c10d::ReduceOp::BAND:
+      return "BAND";
+    case c10d::ReduceOp::BOR:
+      return "BOR";
+    case c10d::ReduceOp::BXOR:
+      return "BXOR";
+    case c10d::ReduceOp::PREMUL_SUM:
+      return "PREMUL_SUM";
+    default:
+      return "UNUSED";
+  }
+}
+
+LoweredReduceOp lower_reduce_op(const c10d::ReduceOp& op, DType dtype, int rank) {
+  LoweredReduceOp out;
+  const std::string where = "stragg: rank " + std::to_string(rank) + ": all_reduce: ";
+  switch (op.op_) {
+    case c10d::ReduceOp::SUM:
+      out.op = ReduceOp::Sum;
+      break;
+    case c10d::ReduceOp::AVG:
+      TORCH_CHECK(dtype != DType::Bool, where, "ReduceOp.AVG is not defined for bool tensors");
+      out.op = ReduceOp::Sum;
+      out.average = true;
+      break;
+    case c10d::ReduceOp::PRODUCT:
+      out.op = ReduceOp::Prod;
+      break;
+    case c10d::ReduceOp::MIN:
+      out.op = ReduceOp::Min;
+      break;
+    case c10d::ReduceOp::MAX:
+      out.op = ReduceOp::Max;
+      break;
+    case c10d::ReduceOp::BAND:
+      out.op = ReduceOp::BAnd;
+      break;
+    case c10d::ReduceOp::BOR:
+      out.op = ReduceOp::BOr;
+      break;
+    case c10d::ReduceOp::BXOR:
+      out.op = ReduceOp::BXor;
+      break;
+    case c10d::ReduceOp::PREMUL_SUM: {
+      TORCH_CHECK(is_floating(dtype), where, "ReduceOp.PREMUL_SUM needs a floating-point tensor, got ",
+                  dtype_name(dtype));
+      auto* supp = dynamic_cast<c10d::PreMulSumSupplement*>(op.supplement_.get());
+      TORCH_CHECK(supp != nullptr, where, "ReduceOp.PREMUL_SUM without a factor");
+      out.op = ReduceOp::Sum;
+      out.premul = true;
+      out.premul_factor = supp->tensor_factor.defined()
+                              ? supp->tensor_factor.to(at::kDouble).cpu().item<double>()
+                              : supp->double_factor;
+      break;
+    }
+    default:
+      TORCH_CHECK(false, where, "unsupported reduce op ", c10d_reduce_op_name(op));
+  }
+  TORCH_CHECK(reduce_supported(dtype, out.op), where, "ReduceOp.", c10d_reduce_op_name(op),
+              " is not supported for dtype ", dtype_name(dtype));
+  return out;
+}
+
+}  // namespace stragg

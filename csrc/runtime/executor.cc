@@ -1,0 +1,215 @@
+#include "runtime/executor.h"
+
+#include <algorithm>
+#include <cstring>
+#include <memory>
+#include <sstream>
+#include <vector>
+
+#include "runtime/error.h"
+#include "runtime/reduce.h"
+
+namespace stragg {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+std::string prefix(int rank, const CollectiveSpec& spec) {
+  std::ostringstream s;
+  s << "stragg: rank " << rank << ": " << spec.op_name << " #" << spec.seq;
+  return s.str();
+}
+
+// Accepts one incoming message of a step: checks its header against what this rank expects,
+// then reduces or copies the payload into the rank's buffer.
+class StepSink final : public RecvSink {
+ public:
+  StepSink(int rank, const CollectiveSpec& spec, Algo algo, uint32_t step, const PlanOp& op,
+           uint8_t* buf)
+      : rank_(rank), spec_(spec), algo_(algo), step_(step), op_(op), buf_(buf) {}
+
+  void on_header(const MessageHeader& h) override {
+    const size_t elem = dtype_size(spec_.dtype);
+    const int peer = op_.peer;
+    std::vector<std::string> diffs;
+    auto field = [&](const char* name, const std::string& theirs, const std::string& ours) {
+      if (theirs != ours) {
+        diffs.push_back(std::string(name) + " " + theirs + " (rank " + std::to_string(peer) +
+                        ") vs " + ours + " (rank " + std::to_string(rank_) + ")");
+      }
+    };
+    if (h.coll_seq != spec_.seq) {
+      std::ostringstream m;
+      m << prefix(rank_, spec_) << ": sequence mismatch with rank " << peer << ": it sent data for "
+        << spec_.op_name << " #" << h.coll_seq
+        << " (the ranks issued a different number of all_reduce calls on this group)";
+      throw Error(m.str());
+    }
+    const DType their_dtype = static_cast<DType>(h.dtype);
+    field("dtype", h.dtype <= static_cast<uint8_t>(DType::Bool) ? dtype_name(their_dtype) : "?",
+          dtype_name(spec_.dtype));
+    field("numel", std::to_string(h.numel), std::to_string(spec_.numel));
+    field("op", h.op <= static_cast<uint8_t>(ReduceOp::BXor)
+                    ? reduce_op_name(static_cast<ReduceOp>(h.op))
+                    : "?",
+          reduce_op_name(spec_.op));
+    if (diffs.empty()) {
+      field("algorithm", std::to_string(h.algo), std::to_string(static_cast<int>(algo_)));
+      field("step", std::to_string(h.step), std::to_string(step_));
+      field("message bytes", std::to_string(h.payload_bytes), std::to_string(op_.count * elem));
+      field("sender", std::to_string(h.sender), std::to_string(peer));
+    }
+    if (!diffs.empty()) {
+      std::ostringstream m;
+      m << prefix(rank_, spec_) << ": mismatch with rank " << peer << ": ";
+      for (size_t i = 0; i < diffs.size(); ++i) m << (i ? "; " : "") << diffs[i];
+      throw Error(m.str());
+    }
+  }
+
+  void on_data(size_t offset, const void* data, size_t len) override {
+    const size_t elem = dtype_size(spec_.dtype);
+    uint8_t* dst = buf_ + op_.offset * elem + offset;
+    if (op_.reduce) {
+      reduce_into(spec_.dtype, spec_.op, dst, data, len / elem);
+    } else {
+      std::memcpy(dst, data, len);
+    }
+  }
+
+ private:
+  int rank_;
+  const CollectiveSpec& spec_;
+  Algo algo_;
+  uint32_t step_;
+  PlanOp op_;
+  uint8_t* buf_;
+};
+
+}  // namespace
+
+void Executor::run(const RankPlan& plan, const CollectiveSpec& spec, void* buf,
+                   std::chrono::milliseconds timeout) {
+  const auto start = Clock::now();
+  const auto deadline = start + timeout;
+  const int rank = transport_.rank();
+  const size_t elem = dtype_size(spec.dtype);
+  auto* bytes = static_cast<uint8_t*>(buf);
+
+  if (auto reason = transport_.abort_reason()) {
+    throw Error(prefix(rank, spec) + ": the process group was aborted earlier and cannot be "
+                "used any more: " + *reason);
+  }
+  transport_.announce_arrival(spec.seq);
+
+  try {
+    for (size_t step_index = 0; step_index < plan.steps.size(); ++step_index) {
+      const PlanStep& step = plan.steps[step_index];
+      const uint32_t step_id = static_cast<uint32_t>(step_index);
+      std::vector<SendOp> sends(step.sends.size());
+      std::vector<RecvOp> recvs(step.recvs.size());
+      std::vector<std::unique_ptr<StepSink>> sinks;
+      for (size_t i = 0; i < step.sends.size(); ++i) {
+        const PlanOp& p = step.sends[i];
+        SendOp& s = sends[i];
+        s.peer = p.peer;
+        s.data = bytes + p.offset * elem;
+        s.header.coll_seq = spec.seq;
+        s.header.payload_bytes = p.count * elem;
+        s.header.numel = spec.numel;
+        s.header.step = step_id;
+        s.header.sender = static_cast<uint32_t>(rank);
+        s.header.dtype = static_cast<uint8_t>(spec.dtype);
+        s.header.op = static_cast<uint8_t>(spec.op);
+        s.header.algo = static_cast<uint8_t>(plan.algo);
+        stats_.bytes_sent += p.count * elem;
+      }
+      for (size_t i = 0; i < step.recvs.size(); ++i) {
+        const PlanOp& p = step.recvs[i];
+        sinks.push_back(std::make_unique<StepSink>(rank, spec, plan.algo, step_id, p, bytes));
+        recvs[i].peer = p.peer;
+        recvs[i].sink = sinks.back().get();
+        stats_.bytes_received += p.count * elem;
+      }
+
+      auto last_health_check = Clock::now();
+      while (true) {
+        const uint64_t token = transport_.activity_token();
+        bool moved = false;
+        bool all_done = true;
+        // Ops to one peer run in list order: only the first unfinished one may progress.
+        std::vector<int> busy_send, busy_recv;
+        for (auto& s : sends) {
+          if (s.done) continue;
+          all_done = false;
+          if (std::find(busy_send.begin(), busy_send.end(), s.peer) != busy_send.end()) continue;
+          moved |= transport_.progress(s);
+          if (!s.done) busy_send.push_back(s.peer);
+        }
+        for (auto& r : recvs) {
+          if (r.done) continue;
+          all_done = false;
+          if (std::find(busy_recv.begin(), busy_recv.end(), r.peer) != busy_recv.end()) continue;
+          moved |= transport_.progress(r);
+          if (!r.done) busy_recv.push_back(r.peer);
+        }
+        if (all_done) break;
+        if (moved) continue;
+
+        if (auto reason = transport_.abort_reason()) {
+          throw Error(prefix(rank, spec) + ": aborted: " + *reason);
+        }
+        const auto now = Clock::now();
+        if (now - last_health_check >= std::chrono::milliseconds(100)) {
+          last_health_check = now;
+          auto dead = transport_.dead_peers();
+          if (!dead.empty()) {
+            std::ostringstream m;
+            m << prefix(rank, spec) << ": rank" << (dead.size() > 1 ? "s" : "");
+            for (size_t i = 0; i < dead.size(); ++i) m << (i ? ", " : " ") << dead[i];
+            m << (dead.size() > 1 ? " have" : " has") << " died (process exited)";
+            throw TimeoutError(m.str());
+          }
+        }
+        if (now >= deadline) {
+          std::vector<int> missing;
+          for (int q = 0; q < transport_.size(); ++q) {
+            if (q != rank && transport_.peer_arrival(q) < static_cast<int64_t>(spec.seq)) {
+              missing.push_back(q);
+            }
+          }
+          std::ostringstream m;
+          m << prefix(rank, spec) << ": timed out after "
+            << std::chrono::duration_cast<std::chrono::milliseconds>(timeout).count() / 1000.0
+            << " s";
+          if (!missing.empty()) {
+            for (size_t i = 0; i < missing.size(); ++i) {
+              const int q = missing[i];
+              m << (i ? "; " : ": ") << "rank " << q << " has not called " << spec.op_name
+                << " #" << spec.seq;
+              const int64_t last = transport_.peer_arrival(q);
+              if (last >= 0) m << " (its last was #" << last << ")";
+            }
+          } else {
+            m << " in step " << step_index << " waiting for rank";
+            for (auto& r : recvs)
+              if (!r.done) m << " " << r.peer;
+            for (auto& s : sends)
+              if (!s.done) m << " " << s.peer;
+          }
+          throw TimeoutError(m.str());
+        }
+        const auto left = std::chrono::duration_cast<std::chrono::microseconds>(deadline - now);
+        transport_.wait_for_activity(token,
+                                     std::min<std::chrono::microseconds>(left, std::chrono::milliseconds(100)));
+      }
+    }
+  } catch (const Error& e) {
+    transport_.signal_abort(e.what());
+    throw;
+  }
+  stats_.runs += 1;
+  stats_.busy_s += std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+}  // namespace stragg

@@ -1,0 +1,49 @@
+// Runs a RankPlan over a Transport (no torch here). Knows nothing about which algorithm it runs.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <string>
+
+#include "runtime/dtype.h"
+#include "runtime/plan.h"
+#include "runtime/transport.h"
+
+namespace stragg {
+
+struct CollectiveSpec {
+  const char* op_name = "all_reduce";  // used in error messages
+  uint64_t seq = 0;                    // collective sequence number in the group (same on all ranks)
+  DType dtype = DType::Float32;
+  ReduceOp op = ReduceOp::Sum;
+  size_t numel = 0;
+};
+
+struct ExecutorStats {
+  uint64_t runs = 0;
+  uint64_t bytes_sent = 0;
+  uint64_t bytes_received = 0;
+  double busy_s = 0;  // wall time inside run()
+};
+
+class Executor {
+ public:
+  explicit Executor(Transport& transport) : transport_(transport) {}
+
+  // Executes `plan` in place on `buf` (spec.numel elements of spec.dtype). Throws stragg::Error
+  // when peers disagree on the collective (message contains "mismatch" and the field), when a
+  // peer dies or does not arrive before `timeout` (naming it), or when another rank aborted the
+  // group. Any failure aborts the group for every rank (Transport::signal_abort), so the other
+  // ranks raise promptly instead of hanging.
+  void run(const RankPlan& plan, const CollectiveSpec& spec, void* buf,
+           std::chrono::milliseconds timeout);
+
+  const ExecutorStats& stats() const { return stats_; }
+  Transport& transport() { return transport_; }
+
+ private:
+  Transport& transport_;
+  ExecutorStats stats_;
+};
+
+}  // namespace stragg

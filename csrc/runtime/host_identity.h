@@ -1,0 +1,21 @@
+// Which ranks may share memory: a host identity that differs across machines, reboots and
+// network namespaces (tests emulate hosts with `ip netns`, so ranks in different network
+// namespaces must never be treated as one host).
+#pragma once
+
+#include <string>
+
+namespace stragg {
+
+// "<hostname>/<boot_id>/net:<netns inode>/ipc:<ipcns inode>". Ranks with equal identities can
+// use the shared-memory transport.
+std::string host_identity();
+
+// Inode of this process's pid namespace: pids of peers can only be checked for liveness when it
+// matches ours.
+unsigned long pid_namespace_id();
+
+// True if `pid` (in our pid namespace) no longer runs: gone or a zombie.
+bool process_is_dead(int pid);
+
+}  // namespace stragg

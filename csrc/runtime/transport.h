@@ -1,0 +1,104 @@
+// Point-to-point message transport between the ranks of one group (no torch here).
+//
+// The executor drives a Transport with non-blocking progress calls: it posts the sends and
+// receives of one schedule step as SendOp/RecvOp objects, calls progress() on them until they are
+// done, and calls wait_for_activity() when nothing moved. This fits a shared-memory transport
+// (shm_transport.h), TCP sockets (poll), and later NCCL / CUDA-IPC.
+//
+// Messages between one ordered pair of ranks are delivered in FIFO order. Each message is a
+// fixed-size header (checked by the receiver before any payload is accepted, so mismatched
+// collectives are caught instead of producing garbage) plus payload bytes, streamed through
+// bounded staging memory in pieces.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace stragg {
+
+// Copied verbatim from sender to receiver; the executor defines the meaning of the fields.
+struct MessageHeader {
+  uint64_t coll_seq = 0;       // collective sequence number within the group
+  uint64_t payload_bytes = 0;  // bytes that follow this header
+  uint64_t numel = 0;          // elements in the whole collective buffer (for mismatch checks)
+  uint32_t step = 0;           // schedule step that sent it
+  uint32_t sender = 0;         // sending rank
+  uint8_t dtype = 0;           // stragg::DType
+  uint8_t op = 0;              // stragg::ReduceOp
+  uint8_t algo = 0;            // executor-defined algorithm id
+  uint8_t kind = 0;            // executor-defined message kind
+  uint32_t reserved0 = 0;
+  uint64_t reserved[3] = {0, 0, 0};
+};
+static_assert(sizeof(MessageHeader) == 64, "MessageHeader is one cache line");
+
+// Receives one message. The transport calls on_header() once, then on_data() with consecutive
+// pieces of exactly header.payload_bytes bytes in total (possibly zero pieces).
+class RecvSink {
+ public:
+  virtual ~RecvSink() = default;
+  // Throws stragg::Error to reject the message (e.g. the peer runs a different collective).
+  virtual void on_header(const MessageHeader& header) = 0;
+  virtual void on_data(size_t offset, const void* data, size_t len) = 0;
+};
+
+struct SendOp {
+  int peer = -1;
+  MessageHeader header;
+  const void* data = nullptr;
+  // Progress state, owned by the transport.
+  size_t sent = 0;
+  bool started = false;
+  bool done = false;
+};
+
+struct RecvOp {
+  int peer = -1;
+  RecvSink* sink = nullptr;
+  // Progress state, owned by the transport.
+  size_t received = 0;
+  size_t expected = 0;
+  bool header_seen = false;
+  bool done = false;
+};
+
+class Transport {
+ public:
+  virtual ~Transport() = default;
+
+  virtual const char* name() const = 0;
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+
+  // Advance an op as far as possible without blocking. Returns true if anything moved.
+  // May throw stragg::Error (e.g. from RecvSink::on_header).
+  virtual bool progress(SendOp& op) = 0;
+  virtual bool progress(RecvOp& op) = 0;
+
+  // Event count: take a token BEFORE polling the ops; if nothing moved, wait_for_activity(token)
+  // blocks until something may have changed for this rank since the token was taken (data
+  // arrived, staging space freed, abort signalled) or until max_wait elapsed. It returns at once
+  // if something already changed, so no wake-up between the poll and the wait is lost.
+  // Spurious returns are allowed.
+  virtual uint64_t activity_token() = 0;
+  virtual void wait_for_activity(uint64_t token, std::chrono::microseconds max_wait) = 0;
+
+  // Fault handling. signal_abort() tells every peer that this group is unusable and why
+  // (idempotent; the first reason wins). abort_reason() returns the reason if any rank aborted.
+  virtual void signal_abort(const std::string& reason) = 0;
+  virtual std::optional<std::string> abort_reason() = 0;
+  // Peers known to have died (empty when the transport cannot tell).
+  virtual std::vector<int> dead_peers() = 0;
+
+  // Arrival tickets: each rank announces the sequence number of the collective it starts, so a
+  // rank that times out can name the peers that never arrived. peer_arrival() returns the last
+  // announced sequence number, or -1 if unknown / none yet.
+  virtual void announce_arrival(uint64_t coll_seq) = 0;
+  virtual int64_t peer_arrival(int peer) = 0;
+};
+
+}  // namespace stragg

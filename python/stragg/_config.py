@@ -1,0 +1,38 @@
+"""Settings read from the environment when a stragg process group is created."""
+
+from __future__ import annotations
+
+import os
+import re
+from typing import Any
+
+TRANSPORTS = ("auto", "shm", "gloo")
+_SIZE = re.compile(r"^\s*(\d+)\s*(|k|kib|m|mib)\s*$", re.IGNORECASE)
+_UNITS = {"": 1, "k": 1024, "kib": 1024, "m": 1 << 20, "mib": 1 << 20}
+
+
+def _size_env(name: str, default: int) -> int:
+    """A non-negative integer, optionally with a KiB/MiB suffix (e.g. 512KiB)."""
+    raw = os.environ.get(name)
+    if raw is None or raw.strip() == "":
+        return default
+    match = _SIZE.match(raw)
+    if not match:
+        raise ValueError(f"stragg: {name}={raw!r} is not a size such as 4096, 512KiB or 1MiB")
+    return int(match.group(1)) * _UNITS[match.group(2).lower()]
+
+
+def backend_config() -> dict[str, Any]:
+    """The configuration handed to the C++ backend, from STRAGG_* environment variables."""
+    transport = os.environ.get("STRAGG_TRANSPORT", "auto").strip().lower() or "auto"
+    if transport not in TRANSPORTS:
+        raise ValueError(
+            f"stragg: STRAGG_TRANSPORT={transport!r} is not one of {', '.join(TRANSPORTS)}"
+        )
+    return {
+        "transport": transport,
+        "shm_slot_bytes": _size_env("STRAGG_SHM_SLOT_BYTES", 512 * 1024),
+        "shm_slots": _size_env("STRAGG_SHM_SLOTS", 4),
+        "spin_us": _size_env("STRAGG_SPIN_US", 10),
+        "yield_us": _size_env("STRAGG_YIELD_US", 200),
+    }

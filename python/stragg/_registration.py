@@ -1,0 +1,84 @@
+"""Registers the "stragg" backend with torch.distributed and builds backend instances."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, Optional
+
+import torch
+import torch.distributed as dist
+
+from ._config import backend_config
+
+logger = logging.getLogger("stragg")
+
+BACKEND_NAME = "stragg"
+
+
+def _create_backend(dist_opts: Any, backend_opts: Any = None) -> Any:
+    """Creator called by torch.distributed for every process group using backend "stragg".
+
+    The stragg backend comes first (its setup names ranks that never join); then the inner Gloo
+    backend (CPU collectives other than all_reduce) and, when CUDA and NCCL are available, an
+    inner NCCL backend (CUDA collectives), all from prefixes of the same store.
+    """
+    from . import _C  # the C++ extension is loaded only when a group is really created
+
+    store = dist_opts.store
+    rank = dist_opts.group_rank
+    size = dist_opts.group_size
+    timeout = dist_opts.timeout
+    group_name = str(dist_opts.group_id)
+    backend = _C.StraggBackend(
+        dist.PrefixStore("stragg/", store), rank, size, timeout, group_name, backend_config()
+    )
+    gloo = dist.ProcessGroupGloo(dist.PrefixStore("gloo/", store), rank, size, timeout)
+    backend._attach_inner("cpu", gloo)
+    if torch.cuda.is_available() and dist.is_nccl_available():
+        nccl_opts = dist.ProcessGroupNCCL.Options()
+        nccl_opts._timeout = timeout
+        nccl = dist.ProcessGroupNCCL(dist.PrefixStore("nccl/", store), rank, size, nccl_opts)
+        backend._attach_inner("cuda", nccl)
+    logger.info(
+        "stragg: rank %d/%d of group %s: all_reduce via %s", rank, size, group_name,
+        backend.transport,
+    )
+    return backend
+
+
+def register() -> None:
+    """Registers backend "stragg" for cpu and cuda devices. Safe to call more than once."""
+    if BACKEND_NAME.upper() in dist.Backend._plugins:
+        return
+    dist.Backend.register_backend(
+        BACKEND_NAME, _create_backend, extended_api=True, devices=["cpu", "cuda"]
+    )
+
+
+def is_registered() -> bool:
+    return BACKEND_NAME.upper() in dist.Backend._plugins
+
+
+def _stragg_backend(group: Optional[dist.ProcessGroup]) -> Any:
+    from . import _C
+
+    pg = group if group is not None else dist.distributed_c10d._get_default_group()
+    backend = pg._get_backend(torch.device("cpu"))
+    if not isinstance(backend, _C.StraggBackend):
+        raise ValueError(
+            f"stragg: the process group uses backend {pg.name()!r}, not {BACKEND_NAME!r}"
+        )
+    return backend
+
+
+def backend_stats(group: Optional[dist.ProcessGroup] = None) -> dict[str, Any]:
+    """Counters of the stragg backend of `group` (default: the default group).
+
+    Keys: "transport" ("shm", "local" for world size 1, or "gloo" when all_reduce is delegated),
+    "allreduce_calls" and "allreduce_bytes" (all_reduces run on stragg's executor),
+    "delegated_calls" (operations passed to the inner Gloo/NCCL backend), "failed_calls".
+    """
+    backend = _stragg_backend(group)
+    stats: dict[str, Any] = dict(backend.stats())
+    stats["transport"] = backend.transport
+    return stats

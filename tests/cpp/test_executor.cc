@@ -1,0 +1,181 @@
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "runtime/error.h"
+#include "runtime/executor.h"
+#include "runtime/ring_plan.h"
+#include "runtime/shm_transport.h"
+#include "test_util.h"
+
+namespace stragg {
+namespace {
+
+using testing::InMemoryRendezvous;
+using testing::run_ranks;
+
+float input_value(int rank, size_t i) { return static_cast<float>((rank + 1) * 0.5 + (i % 97) * 0.25); }
+
+TEST(RingPlan, ChunksCoverTheBufferExactlyOnce) {
+  for (int parts : {1, 2, 3, 7}) {
+    for (size_t numel : {0, 1, 5, 6, 7, 100}) {
+      size_t next = 0;
+      for (int c = 0; c < parts; ++c) {
+        size_t off, cnt;
+        chunk_range(numel, parts, c, &off, &cnt);
+        EXPECT_EQ(off, next);
+        next = off + cnt;
+      }
+      EXPECT_EQ(next, numel);
+    }
+  }
+}
+
+TEST(RingPlan, HasTwoTimesNMinusOneSteps) {
+  EXPECT_EQ(ring_allreduce_plan(0, 1, 10).steps.size(), 0u);
+  EXPECT_EQ(ring_allreduce_plan(2, 5, 10).steps.size(), 8u);
+}
+
+struct Case {
+  int size;
+  size_t numel;
+};
+
+class RingAllreduce : public ::testing::TestWithParam<Case> {};
+
+TEST_P(RingAllreduce, SumMatchesReferenceAndIsBitwiseIdentical) {
+  const Case c = GetParam();
+  InMemoryRendezvous rdv;
+  ShmOptions opt;
+  opt.slot_bytes = 8192;  // small slots: large cases stream through many pieces
+  opt.num_slots = 3;
+  std::vector<std::vector<float>> out(c.size);
+  run_ranks(c.size, [&](int r) {
+    ShmTransport t(rdv, "ring", r, c.size, opt);
+    Executor ex(t);
+    std::vector<float> buf(c.numel);
+    for (size_t i = 0; i < c.numel; ++i) buf[i] = input_value(r, i);
+    for (uint64_t seq = 0; seq < 2; ++seq) {  // twice: state carries over between collectives
+      std::vector<float> work = buf;
+      CollectiveSpec spec;
+      spec.seq = seq;
+      spec.numel = c.numel;
+      ex.run(ring_allreduce_plan(r, c.size, c.numel), spec, work.data(), std::chrono::seconds(30));
+      out[r] = work;
+    }
+  });
+  for (size_t i = 0; i < c.numel; ++i) {
+    double ref = 0;
+    for (int r = 0; r < c.size; ++r) ref += input_value(r, i);
+    ASSERT_NEAR(out[0][i], ref, 1e-4 * std::fabs(ref) + 1e-5) << "element " << i;
+  }
+  for (int r = 1; r < c.size; ++r) {
+    ASSERT_EQ(0, std::memcmp(out[r].data(), out[0].data(), c.numel * sizeof(float)))
+        << "rank " << r << " differs from rank 0";
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Sizes, RingAllreduce,
+                         ::testing::Values(Case{1, 10}, Case{2, 0}, Case{2, 1}, Case{2, 10001},
+                                           Case{3, 2}, Case{3, 100003}, Case{4, 65536},
+                                           Case{5, 7}, Case{8, 40000}));
+
+TEST(Executor, MismatchedNumelRaisesOnEveryRank) {
+  InMemoryRendezvous rdv;
+  const int n = 4;
+  std::vector<std::string> errors(n);
+  run_ranks(n, [&](int r) {
+    ShmTransport t(rdv, "mm", r, n, ShmOptions{});
+    Executor ex(t);
+    const size_t numel = (r == 2) ? 100 : 200;
+    std::vector<float> buf(numel, 1.0f);
+    CollectiveSpec spec;
+    spec.numel = numel;
+    try {
+      ex.run(ring_allreduce_plan(r, n, numel), spec, buf.data(), std::chrono::seconds(20));
+    } catch (const Error& e) {
+      errors[r] = e.what();
+    }
+  });
+  for (int r = 0; r < n; ++r) {
+    EXPECT_NE(errors[r].find("mismatch"), std::string::npos) << "rank " << r << ": " << errors[r];
+    EXPECT_NE(errors[r].find("numel"), std::string::npos) << "rank " << r << ": " << errors[r];
+  }
+}
+
+TEST(Executor, MismatchedDtypeAndOpAreNamed) {
+  InMemoryRendezvous rdv;
+  std::vector<std::string> errors(2);
+  run_ranks(2, [&](int r) {
+    ShmTransport t(rdv, "mmd", r, 2, ShmOptions{});
+    Executor ex(t);
+    std::vector<double> buf(16, 1.0);
+    CollectiveSpec spec;
+    spec.numel = 16;
+    spec.dtype = r == 0 ? DType::Float64 : DType::Int64;
+    spec.op = r == 0 ? ReduceOp::Sum : ReduceOp::Max;
+    try {
+      ex.run(ring_allreduce_plan(r, 2, 16), spec, buf.data(), std::chrono::seconds(20));
+    } catch (const Error& e) {
+      errors[r] = e.what();
+    }
+  });
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_NE(errors[r].find("dtype float64"), std::string::npos) << errors[r];
+    EXPECT_NE(errors[r].find("op"), std::string::npos) << errors[r];
+  }
+}
+
+TEST(Executor, MissingRankTimesOutNamingIt) {
+  InMemoryRendezvous rdv;
+  const int n = 3;
+  std::vector<std::string> errors(n);
+  run_ranks(n, [&](int r) {
+    ShmTransport t(rdv, "late", r, n, ShmOptions{});
+    Executor ex(t);
+    std::vector<float> buf(1000, 1.0f);
+    CollectiveSpec spec;
+    spec.numel = buf.size();
+    if (r == 1) {
+      // Never calls the collective; waits until the others gave up (they abort the group).
+      while (!t.abort_reason()) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      return;
+    }
+    auto t0 = std::chrono::steady_clock::now();
+    try {
+      ex.run(ring_allreduce_plan(r, n, buf.size()), spec, buf.data(), std::chrono::milliseconds(500));
+    } catch (const Error& e) {
+      errors[r] = e.what();
+    }
+    EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(5));
+  });
+  for (int r : {0, 2}) {
+    EXPECT_NE(errors[r].find("rank 1 has not called all_reduce #0"), std::string::npos)
+        << "rank " << r << ": " << errors[r];
+  }
+}
+
+TEST(Executor, GroupIsUnusableAfterAnAbort) {
+  InMemoryRendezvous rdv;
+  std::vector<std::unique_ptr<ShmTransport>> ts(2);
+  run_ranks(2, [&](int r) { ts[r] = std::make_unique<ShmTransport>(rdv, "dead", r, 2, ShmOptions{}); });
+  ts[0]->signal_abort("boom");
+  Executor ex(*ts[1]);
+  std::vector<float> buf(4);
+  CollectiveSpec spec;
+  spec.numel = 4;
+  try {
+    ex.run(ring_allreduce_plan(1, 2, 4), spec, buf.data(), std::chrono::seconds(1));
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("aborted"), std::string::npos);
+    EXPECT_NE(std::string(e.what()).find("boom"), std::string::npos);
+  }
+}
+
+}  // namespace
+}  // namespace stragg
