@@ -65,14 +65,14 @@ StraggBackend::StraggBackend(const c10::intrusive_ptr<c10d::Store>& store, int r
       TORCH_CHECK(same_host, "stragg: rank ", rank,
                   ": STRAGG_TRANSPORT=shm but the ranks are not on one host (different host, "
                   "boot or network namespace)");
-      path_ = AllreducePath::Shm;
+      path_ = AllreducePath::Executor;
       config.shm.setup_timeout = timeout;
       try {
-        shm_ = std::make_unique<ShmTransport>(rdv, "shm", rank, size, config.shm);
+        transport_ = std::make_unique<ShmTransport>(rdv, "shm", rank, size, config.shm);
       } catch (const Error& e) {
         C10_THROW_ERROR(DistBackendError, e.what());
       }
-      executor_ = std::make_unique<Executor>(*shm_);
+      executor_ = std::make_unique<Executor>(*transport_);
     }
   }
   LOG(INFO) << "stragg: rank " << rank << " of group '" << group_name_ << "' (size " << size
@@ -97,8 +97,8 @@ std::string StraggBackend::transport_name() const {
   switch (path_) {
     case AllreducePath::Local:
       return "local";
-    case AllreducePath::Shm:
-      return "shm";
+    case AllreducePath::Executor:
+      return transport_->name();
     case AllreducePath::Delegate:
       return "gloo";
   }
@@ -113,9 +113,9 @@ std::map<std::string, int64_t> StraggBackend::stats() const {
   s["failed_calls"] = failed_calls_.load();
   s["rank"] = getRank();
   s["size"] = getSize();
-  if (shm_) {
-    s["shm_slot_bytes"] = static_cast<int64_t>(shm_->options().slot_bytes);
-    s["shm_slots"] = static_cast<int64_t>(shm_->options().num_slots);
+  if (auto* shm = dynamic_cast<ShmTransport*>(transport_.get())) {
+    s["shm_slot_bytes"] = static_cast<int64_t>(shm->options().slot_bytes);
+    s["shm_slots"] = static_cast<int64_t>(shm->options().num_slots);
   }
   return s;
 }
@@ -295,8 +295,8 @@ void StraggBackend::stop_worker(const char* why) {
   cv_.notify_all();
   // A collective still running here will never be completed by this rank: abort it so the worker
   // (and the peers) stop waiting now instead of at the timeout.
-  if (running_task_.load() && shm_) {
-    shm_->signal_abort("stragg: rank " + std::to_string(getRank()) + ": " + why +
+  if (running_task_.load() && transport_) {
+    transport_->signal_abort("stragg: rank " + std::to_string(getRank()) + ": " + why +
                        " while a collective was running");
   }
   for (auto& task : orphans) {
@@ -314,9 +314,9 @@ void StraggBackend::shutdown() {
 }
 
 void StraggBackend::abort() {
-  if (shm_) {
-    shm_->signal_abort("stragg: rank " + std::to_string(getRank()) +
-                       " aborted the process group");
+  if (transport_) {
+    transport_->signal_abort("stragg: rank " + std::to_string(getRank()) +
+                             " aborted the process group");
   }
   stop_worker("the process group was aborted");
   if (cpu_inner_) cpu_inner_->abort();

@@ -27,8 +27,9 @@ struct BackendConfig {
   ShmOptions shm;
 };
 
-// How all_reduce on CPU tensors is carried out.
-enum class AllreducePath { Local, Shm, Delegate };
+// How all_reduce on CPU tensors is carried out: in-process (world size 1), on stragg's executor
+// over transport_, or delegated to the inner Gloo backend.
+enum class AllreducePath { Local, Executor, Delegate };
 
 class StraggBackend final : public c10d::Backend {
  public:
@@ -129,7 +130,7 @@ class StraggBackend final : public c10d::Backend {
   std::string group_name_;
   std::chrono::milliseconds timeout_;
   AllreducePath path_ = AllreducePath::Local;
-  std::unique_ptr<ShmTransport> shm_;
+  std::unique_ptr<Transport> transport_;
   std::unique_ptr<Executor> executor_;
   c10::intrusive_ptr<c10d::Backend> cpu_inner_;
   c10::intrusive_ptr<c10d::Backend> cuda_inner_;

@@ -33,10 +33,14 @@ class StepSink final : public RecvSink {
     const int peer = op_.peer;
     std::vector<std::string> diffs;
     auto field = [&](const char* name, const std::string& theirs, const std::string& ours) {
-      if (theirs != ours) {
-        diffs.push_back(std::string(name) + " " + theirs + " (rank " + std::to_string(peer) +
-                        ") vs " + ours + " (rank " + std::to_string(rank_) + ")");
-      }
+      if (theirs == ours) return;
+      // Lower rank first, so both sides of a mismatch describe it the same way.
+      const bool peer_first = peer < rank_;
+      const std::string& a = peer_first ? theirs : ours;
+      const std::string& b = peer_first ? ours : theirs;
+      diffs.push_back(std::string(name) + " " + a + " (rank " +
+                      std::to_string(peer_first ? peer : rank_) + ") vs " + b + " (rank " +
+                      std::to_string(peer_first ? rank_ : peer) + ")");
     };
     if (h.coll_seq != spec_.seq) {
       std::ostringstream m;

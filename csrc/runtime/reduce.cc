@@ -71,6 +71,14 @@ STRAGG_INLINE float float_of(uint32_t u) {
   return f;
 }
 
+// Bitwise select. Used where an operand comes from floating-point arithmetic: a `?:` there lets
+// GCC sink the FP op into a branch that it then cannot if-convert (-ftrapping-math), which stops
+// loops over these conversions from vectorising.
+STRAGG_INLINE uint32_t select_bits(bool c, uint32_t a, uint32_t b) {
+  const uint32_t m = 0u - static_cast<uint32_t>(c);
+  return (a & m) | (b & ~m);
+}
+
 STRAGG_INLINE float half_to_float(uint16_t h) {
   const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
   const uint32_t em = h & 0x7fffu;                  // exponent and mantissa
@@ -79,32 +87,34 @@ STRAGG_INLINE float half_to_float(uint16_t h) {
   r = em > 0x7c00u ? (r | 0x00400000u) : r;         // NaN: quiet it (like VCVTPH2PS)
   // Zero/subnormal: mantissa * 2^-24, exact, and a normal float (so DAZ/FTZ cannot touch it).
   const uint32_t sub = bits_of(static_cast<float>(static_cast<int32_t>(em)) * 0x1p-24f);
-  r = em < 0x0400u ? sub : r;
+  r = select_bits(em < 0x0400u, sub, r);
   return float_of(r | sign);
 }
 
+// Branch-free integer code (so loops over it vectorise where the ISA has per-lane shifts: AVX2,
+// NEON) and exact whatever the FP environment (rounding mode, DAZ/FTZ).
 STRAGG_INLINE uint16_t float_to_half(float f) {
   const uint32_t x = bits_of(f);
   const uint32_t sign = (x >> 16) & 0x8000u;
-  const uint32_t ax = x & 0x7fffffffu;
-  uint32_t h;
-  if (ax > 0x7f800000u) {                  // NaN: quiet, keep the top payload bits
-    h = 0x7e00u | ((ax >> 13) & 0x03ffu);
-  } else if (ax >= 0x477ff000u) {          // >= 65520 rounds to infinity (65504 is odd)
-    h = 0x7c00u;
-  } else if (ax >= 0x38800000u) {          // normal half: rebias and round to nearest-even
-    h = (ax - 0x38000000u + 0x0fffu + ((ax >> 13) & 1u)) >> 13;
-  } else if (ax > 0x33000000u) {           // (2^-25, 2^-14): a subnormal (or the smallest normal)
-    const uint32_t e = ax >> 23;           // 102..112
-    const uint32_t m = (ax & 0x007fffffu) | 0x00800000u;
-    const uint32_t shift = 126u - e;       // value = m * 2^(e-150) = (m >> shift) * 2^-24
-    const uint32_t q = m >> shift;
-    const uint32_t rem = m & ((1u << shift) - 1u);
-    const uint32_t halfway = 1u << (shift - 1u);
-    h = q + ((rem > halfway || (rem == halfway && (q & 1u) != 0)) ? 1u : 0u);
-  } else {                                 // <= 2^-25 (2^-25 itself ties to even zero)
-    h = 0;
-  }
+  const int32_t ax = static_cast<int32_t>(x & 0x7fffffffu);
+  // NaN: quiet, keep the top payload bits (like VCVTPS2PH).
+  const int32_t nan_h = 0x7e00 | ((ax >> 13) & 0x03ff);
+  // Normal half range [2^-14, 65520): rebias the exponent, round the 13 dropped bits to nearest-even.
+  // (Wraps for smaller inputs, whose result is not selected.)
+  const uint32_t norm_h = (static_cast<uint32_t>(ax) - 0x38000000u + 0x0fffu + ((static_cast<uint32_t>(ax) >> 13) & 1u)) >> 13;
+  // Below 2^-14 the result counts units of 2^-24: value = m * 2^(e-150) = (m >> (126-e)) * 2^-24.
+  // The shift is 14..24 for the inputs this branch is chosen for; clamping it to [14, 25] keeps it
+  // defined for the others (25 gives 0, right for everything below 2^-25).
+  int32_t shift = 126 - (ax >> 23);
+  shift = shift < 14 ? 14 : shift;
+  shift = shift > 25 ? 25 : shift;
+  const uint32_t m = (static_cast<uint32_t>(ax) & 0x007fffffu) | 0x00800000u;
+  // Round to nearest-even while shifting: add half an output unit, minus one unless the
+  // truncated result is odd.
+  const uint32_t sub_h = (m + (1u << (shift - 1)) - 1u + ((m >> shift) & 1u)) >> shift;
+  uint32_t h = ax >= 0x38800000 ? norm_h : sub_h;
+  h = ax >= 0x477ff000 ? 0x7c00u : h;                  // >= 65520 rounds to inf (65504 is odd)
+  h = ax > 0x7f800000 ? static_cast<uint32_t>(nan_h) : h;
   return static_cast<uint16_t>(sign | h);
 }
 
@@ -281,18 +291,21 @@ STRAGG_INLINE void int_divide(T* STRAGG_RESTRICT b, size_t n, int64_t divisor) {
     return;
   }
   if constexpr (sizeof(T) <= 4) {
-    // |x| <= 2^32 and 2 <= |divisor|: the quotient fits in int32, and fl(x / divisor) in double
-    // truncates to the exact integer quotient (the rounding error, < |q| * 2^-53, is smaller than
-    // the distance 1/|divisor| from a non-integer quotient to the next integer). This vectorises,
-    // integer division does not.
-    const int64_t lim = int64_t{1} << 32;
+    // Divide in floating point, which vectorises (integer division does not). With |x| <= L,
+    // 2 <= |divisor| <= L and a p-bit significand, the quotient q fits in int32 and fl(x/divisor)
+    // truncates to the exact integer quotient when L < 2^p: the rounding error, at most
+    // |q| * 2^-p <= (L / |divisor|) * 2^-p, is below the distance 1/|divisor| from a non-integer
+    // quotient to the nearest integer. 8/16-bit types: float, L = 2^16. 32-bit: double, L = 2^32.
+    // For |divisor| > L every quotient truncates to 0.
+    using F = std::conditional_t<(sizeof(T) <= 2), float, double>;
+    const int64_t lim = int64_t{1} << (sizeof(T) <= 2 ? 16 : 32);
     if (divisor > lim || divisor < -lim) {
       for (size_t i = 0; i < n; ++i) b[i] = T{0};
       return;
     }
-    const double dd = static_cast<double>(divisor);
+    const F fd = static_cast<F>(divisor);
     for (size_t i = 0; i < n; ++i) {
-      b[i] = static_cast<T>(static_cast<int32_t>(static_cast<double>(b[i]) / dd));
+      b[i] = static_cast<T>(static_cast<int32_t>(static_cast<F>(b[i]) / fd));
     }
   } else {
     const uint64_t ad = divisor < 0 ? uint64_t{0} - static_cast<uint64_t>(divisor)
@@ -390,22 +403,34 @@ struct PortableImpl {
 #define STRAGG_AVX2 __attribute__((target("avx2,f16c")))
 #define STRAGG_AVX2_INLINE inline __attribute__((always_inline, target("avx2,f16c")))
 
+// Codecs move 16 elements between memory and two float vectors. The lane order inside the pair is
+// the codec's business (only element-wise ops run in between); store16 undoes what load16 did.
+struct F32x16 {
+  __m256 a, b;
+};
+
 struct HalfCodecF16C {
-  static STRAGG_AVX2_INLINE __m256 load(const uint16_t* p) {
-    return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+  static STRAGG_AVX2_INLINE F32x16 load16(const uint16_t* p) {
+    return {_mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))),
+            _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 8)))};
   }
-  static STRAGG_AVX2_INLINE void store(uint16_t* p, __m256 v) {
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(p), _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT));
+  static STRAGG_AVX2_INLINE void store16(uint16_t* p, F32x16 v) {
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(p), _mm256_cvtps_ph(v.a, _MM_FROUND_TO_NEAREST_INT));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(p + 8), _mm256_cvtps_ph(v.b, _MM_FROUND_TO_NEAREST_INT));
   }
 };
 
-// Same arithmetic as float_to_bf16/bf16_to_float, eight lanes at a time.
+// Same arithmetic as bf16_to_float/float_to_bf16. Widening interleaves zeros below each element
+// (unpacklo/hi within 128-bit lanes: a = elements 0-3, 8-11; b = 4-7, 12-15), and packus of
+// (a, b) restores the memory order, so no cross-lane shuffle is needed.
 struct Bf16CodecAvx2 {
-  static STRAGG_AVX2_INLINE __m256 load(const uint16_t* p) {
-    const __m256i w = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
-    return _mm256_castsi256_ps(_mm256_slli_epi32(w, 16));
+  static STRAGG_AVX2_INLINE F32x16 load16(const uint16_t* p) {
+    const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+    const __m256i z = _mm256_setzero_si256();
+    return {_mm256_castsi256_ps(_mm256_unpacklo_epi16(z, v)), _mm256_castsi256_ps(_mm256_unpackhi_epi16(z, v))};
   }
-  static STRAGG_AVX2_INLINE void store(uint16_t* p, __m256 v) {
+  // Rounded bf16 bits in the low half of each 32-bit lane (high half zero).
+  static STRAGG_AVX2_INLINE __m256i round8(__m256 v) {
     const __m256i x = _mm256_castps_si256(v);
     const __m256i hi = _mm256_srli_epi32(x, 16);
     const __m256i lsb = _mm256_and_si256(hi, _mm256_set1_epi32(1));
@@ -413,10 +438,10 @@ struct Bf16CodecAvx2 {
         _mm256_srli_epi32(_mm256_add_epi32(x, _mm256_add_epi32(lsb, _mm256_set1_epi32(0x7fff))), 16);
     const __m256i nan_bits = _mm256_or_si256(hi, _mm256_set1_epi32(0x0040));
     const __m256i is_nan = _mm256_castps_si256(_mm256_cmp_ps(v, v, _CMP_UNORD_Q));
-    const __m256i r = _mm256_blendv_epi8(rounded, nan_bits, is_nan);
-    // Pack the eight 32-bit lanes (all <= 0xffff) to 16 bits: per-lane pack, then gather qwords.
-    const __m256i packed = _mm256_permute4x64_epi64(_mm256_packus_epi32(r, r), 0x08);
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(p), _mm256_castsi256_si128(packed));
+    return _mm256_blendv_epi8(rounded, nan_bits, is_nan);
+  }
+  static STRAGG_AVX2_INLINE void store16(uint16_t* p, F32x16 v) {
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), _mm256_packus_epi32(round8(v.a), round8(v.b)));
   }
 };
 
@@ -447,26 +472,35 @@ struct VDivide {
   STRAGG_AVX2_INLINE __m256 operator()(__m256 a) const { return _mm256_div_ps(a, d); }
 };
 
+template <class VOp>
+STRAGG_AVX2_INLINE F32x16 apply2(VOp op, F32x16 x, F32x16 y) {
+  return {op(x.a, y.a), op(x.b, y.b)};
+}
+
+template <class VOp>
+STRAGG_AVX2_INLINE F32x16 apply1(VOp op, F32x16 x) {
+  return {op(x.a), op(x.b)};
+}
+
 template <class Codec, class VOp>
 STRAGG_AVX2_INLINE void f16_binary_avx2(uint16_t* d, const uint16_t* s, size_t n, VOp op) {
   size_t i = 0;
   for (; i + 32 <= n; i += 32) {
-    const __m256 a0 = Codec::load(d + i), a1 = Codec::load(d + i + 8);
-    const __m256 a2 = Codec::load(d + i + 16), a3 = Codec::load(d + i + 24);
-    const __m256 b0 = Codec::load(s + i), b1 = Codec::load(s + i + 8);
-    const __m256 b2 = Codec::load(s + i + 16), b3 = Codec::load(s + i + 24);
-    Codec::store(d + i, op(a0, b0));
-    Codec::store(d + i + 8, op(a1, b1));
-    Codec::store(d + i + 16, op(a2, b2));
-    Codec::store(d + i + 24, op(a3, b3));
+    const F32x16 a0 = Codec::load16(d + i), a1 = Codec::load16(d + i + 16);
+    const F32x16 b0 = Codec::load16(s + i), b1 = Codec::load16(s + i + 16);
+    Codec::store16(d + i, apply2(op, a0, b0));
+    Codec::store16(d + i + 16, apply2(op, a1, b1));
   }
-  for (; i + 8 <= n; i += 8) Codec::store(d + i, op(Codec::load(d + i), Codec::load(s + i)));
-  if (i < n) {  // tail: pad to a full vector so it is computed by the very same instructions
-    uint16_t ta[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-    uint16_t tb[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  if (i + 16 <= n) {
+    Codec::store16(d + i, apply2(op, Codec::load16(d + i), Codec::load16(s + i)));
+    i += 16;
+  }
+  if (i < n) {  // tail: pad to a full block so it is computed by the very same instructions
+    uint16_t ta[16] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0};
+    uint16_t tb[16] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0};
     std::memcpy(ta, d + i, (n - i) * sizeof(uint16_t));
     std::memcpy(tb, s + i, (n - i) * sizeof(uint16_t));
-    Codec::store(ta, op(Codec::load(ta), Codec::load(tb)));
+    Codec::store16(ta, apply2(op, Codec::load16(ta), Codec::load16(tb)));
     std::memcpy(d + i, ta, (n - i) * sizeof(uint16_t));
   }
 }
@@ -474,16 +508,19 @@ STRAGG_AVX2_INLINE void f16_binary_avx2(uint16_t* d, const uint16_t* s, size_t n
 template <class Codec, class VOp>
 STRAGG_AVX2_INLINE void f16_unary_avx2(uint16_t* b, size_t n, VOp op) {
   size_t i = 0;
-  for (; i + 16 <= n; i += 16) {
-    const __m256 a0 = Codec::load(b + i), a1 = Codec::load(b + i + 8);
-    Codec::store(b + i, op(a0));
-    Codec::store(b + i + 8, op(a1));
+  for (; i + 32 <= n; i += 32) {
+    const F32x16 a0 = Codec::load16(b + i), a1 = Codec::load16(b + i + 16);
+    Codec::store16(b + i, apply1(op, a0));
+    Codec::store16(b + i + 16, apply1(op, a1));
   }
-  for (; i + 8 <= n; i += 8) Codec::store(b + i, op(Codec::load(b + i)));
+  if (i + 16 <= n) {
+    Codec::store16(b + i, apply1(op, Codec::load16(b + i)));
+    i += 16;
+  }
   if (i < n) {
-    uint16_t t[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    uint16_t t[16] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0};
     std::memcpy(t, b + i, (n - i) * sizeof(uint16_t));
-    Codec::store(t, op(Codec::load(t)));
+    Codec::store16(t, apply1(op, Codec::load16(t)));
     std::memcpy(b + i, t, (n - i) * sizeof(uint16_t));
   }
 }
@@ -514,29 +551,46 @@ STRAGG_AVX2 void f16_divide_avx2(void* b, size_t n, float divisor) {
   f16_unary_avx2<Codec>(static_cast<uint16_t*>(b), n, VDivide{_mm256_set1_ps(divisor)});
 }
 
+// Bulk conversions (test hooks): the same load16/store16 code the kernels run, with the codec's
+// lane order (half: in order; bf16: interleaved within 128-bit lanes) undone in scalar code.
 template <class Codec>
 STRAGG_AVX2 void f16_to_f32_avx2(const uint16_t* in, float* out, size_t n) {
-  size_t i = 0;
-  for (; i + 8 <= n; i += 8) _mm256_storeu_ps(out + i, Codec::load(in + i));
-  if (i < n) {
-    uint16_t t[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-    float o[8];
-    std::memcpy(t, in + i, (n - i) * sizeof(uint16_t));
-    _mm256_storeu_ps(o, Codec::load(t));
-    std::memcpy(out + i, o, (n - i) * sizeof(float));
+  for (size_t i = 0; i < n; i += 16) {
+    const size_t m = n - i < 16 ? n - i : 16;
+    uint16_t t[16] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0};
+    std::memcpy(t, in + i, m * sizeof(uint16_t));
+    const F32x16 v = Codec::load16(t);
+    alignas(32) float fa[8], fb[8], o[16];
+    _mm256_store_ps(fa, v.a);
+    _mm256_store_ps(fb, v.b);
+    if (std::is_same<Codec, HalfCodecF16C>::value) {
+      for (int k = 0; k < 8; ++k) o[k] = fa[k], o[8 + k] = fb[k];
+    } else {
+      for (int k = 0; k < 4; ++k) {
+        o[k] = fa[k], o[4 + k] = fb[k], o[8 + k] = fa[4 + k], o[12 + k] = fb[4 + k];
+      }
+    }
+    std::memcpy(out + i, o, m * sizeof(float));
   }
 }
 
 template <class Codec>
 STRAGG_AVX2 void f32_to_f16_avx2(const float* in, uint16_t* out, size_t n) {
-  size_t i = 0;
-  for (; i + 8 <= n; i += 8) Codec::store(out + i, _mm256_loadu_ps(in + i));
-  if (i < n) {
-    float t[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-    uint16_t o[8];
-    std::memcpy(t, in + i, (n - i) * sizeof(float));
-    Codec::store(o, _mm256_loadu_ps(t));
-    std::memcpy(out + i, o, (n - i) * sizeof(uint16_t));
+  for (size_t i = 0; i < n; i += 16) {
+    const size_t m = n - i < 16 ? n - i : 16;
+    alignas(32) float o[16] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0};
+    std::memcpy(o, in + i, m * sizeof(float));
+    alignas(32) float fa[8], fb[8];
+    if (std::is_same<Codec, HalfCodecF16C>::value) {
+      for (int k = 0; k < 8; ++k) fa[k] = o[k], fb[k] = o[8 + k];
+    } else {
+      for (int k = 0; k < 4; ++k) {
+        fa[k] = o[k], fb[k] = o[4 + k], fa[4 + k] = o[8 + k], fb[4 + k] = o[12 + k];
+      }
+    }
+    uint16_t t[16];
+    Codec::store16(t, F32x16{_mm256_load_ps(fa), _mm256_load_ps(fb)});
+    std::memcpy(out + i, t, m * sizeof(uint16_t));
   }
 }
 

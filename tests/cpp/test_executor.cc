@@ -125,8 +125,10 @@ TEST(Executor, MismatchedDtypeAndOpAreNamed) {
     }
   });
   for (int r = 0; r < 2; ++r) {
-    EXPECT_NE(errors[r].find("dtype float64"), std::string::npos) << errors[r];
-    EXPECT_NE(errors[r].find("op"), std::string::npos) << errors[r];
+    EXPECT_NE(errors[r].find("mismatch"), std::string::npos) << errors[r];
+    EXPECT_NE(errors[r].find("dtype float64 (rank 0) vs int64 (rank 1)"), std::string::npos)
+        << errors[r];
+    EXPECT_NE(errors[r].find("op SUM (rank 0) vs MAX (rank 1)"), std::string::npos) << errors[r];
   }
 }
 
