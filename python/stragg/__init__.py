@@ -12,6 +12,6 @@ from __future__ import annotations
 from ._registration import BACKEND_NAME, backend_stats, is_registered, register
 
 __version__ = "0.1.0"
-__all__ = ["BACKEND_NAME", "backend_stats", "is_registered", "register", "__version__"]
+__all__ = ["BACKEND_NAME", "__version__", "backend_stats", "is_registered", "register"]
 
 register()

@@ -8,9 +8,15 @@ group is created. Disable with TORCH_DEVICE_BACKEND_AUTOLOAD=0.
 from __future__ import annotations
 
 import logging
+import sys
 
 
 def autoload() -> None:
+    partial = sys.modules.get("stragg._registration")
+    if partial is not None and not hasattr(partial, "register"):
+        # `import stragg` came first and is importing torch right now; it registers the backend
+        # itself once torch is loaded.
+        return
     try:
         from ._registration import register
 

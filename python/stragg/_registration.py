@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from typing import Any, Optional
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -40,7 +40,10 @@ def _create_backend(dist_opts: Any, backend_opts: Any = None) -> Any:
         nccl = dist.ProcessGroupNCCL(dist.PrefixStore("nccl/", store), rank, size, nccl_opts)
         backend._attach_inner("cuda", nccl)
     logger.info(
-        "stragg: rank %d/%d of group %s: all_reduce via %s", rank, size, group_name,
+        "stragg: rank %d/%d of group %s: all_reduce via %s",
+        rank,
+        size,
+        group_name,
         backend.transport,
     )
     return backend
@@ -59,19 +62,19 @@ def is_registered() -> bool:
     return BACKEND_NAME.upper() in dist.Backend._plugins
 
 
-def _stragg_backend(group: Optional[dist.ProcessGroup]) -> Any:
+def _stragg_backend(group: dist.ProcessGroup | None) -> Any:
     from . import _C
 
     pg = group if group is not None else dist.distributed_c10d._get_default_group()
     backend = pg._get_backend(torch.device("cpu"))
     if not isinstance(backend, _C.StraggBackend):
-        raise ValueError(
+        raise TypeError(
             f"stragg: the process group uses backend {pg.name()!r}, not {BACKEND_NAME!r}"
         )
     return backend
 
 
-def backend_stats(group: Optional[dist.ProcessGroup] = None) -> dict[str, Any]:
+def backend_stats(group: dist.ProcessGroup | None = None) -> dict[str, Any]:
     """Counters of the stragg backend of `group` (default: the default group).
 
     Keys: "transport" ("shm", "local" for world size 1, or "gloo" when all_reduce is delegated),

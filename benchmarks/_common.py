@@ -1,0 +1,126 @@
+"""Shared helpers for the stragg benchmarks: size parsing, stats, table formatting, launching."""
+
+from __future__ import annotations
+
+import importlib
+import os
+import re
+import socket
+import statistics
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from types import ModuleType
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
+_UNITS = {
+    "": 1,
+    "b": 1,
+    "k": 1 << 10,
+    "kib": 1 << 10,
+    "m": 1 << 20,
+    "mib": 1 << 20,
+    "g": 1 << 30,
+    "gib": 1 << 30,
+}
+_SIZE_RE = re.compile(r"^\s*(\d+)\s*([a-zA-Z]*)\s*$")
+
+
+def parse_size(text: str) -> int:
+    """Parse '4KiB', '1M', '64MiB', '4096' into bytes (binary units: K = KiB = 1024)."""
+    m = _SIZE_RE.match(text)
+    if not m or m.group(2).lower() not in _UNITS:
+        raise ValueError(f"bad size {text!r}: use e.g. 4096, 4KiB, 1MiB, 64M, 1GiB")
+    return int(m.group(1)) * _UNITS[m.group(2).lower()]
+
+
+def parse_sizes(text: str) -> list[int]:
+    return [parse_size(part) for part in text.split(",") if part.strip()]
+
+
+def default_sizes(lo: int = 4 << 10, hi: int = 256 << 20, factor: int = 4) -> list[int]:
+    sizes, s = [], lo
+    while s <= hi:
+        sizes.append(s)
+        s *= factor
+    return sizes
+
+
+def bus_factor(world_size: int) -> float:
+    """nccl-tests busbw factor for all_reduce: 2(n-1)/n."""
+    return 2.0 * (world_size - 1) / world_size
+
+
+@dataclass
+class Stats:
+    """Summary of per-iteration durations (seconds), each already max-reduced over ranks."""
+
+    median: float
+    minimum: float
+    maximum: float
+    p25: float
+    p75: float
+    count: int
+
+    @classmethod
+    def of(cls, samples: list[float]) -> Stats:
+        if not samples:
+            raise ValueError("no samples")
+        s = sorted(samples)
+        if len(s) >= 2:
+            q = statistics.quantiles(s, n=4, method="inclusive")
+            p25, p75 = q[0], q[2]
+        else:
+            p25 = p75 = s[0]
+        return cls(statistics.median(s), s[0], s[-1], p25, p75, len(s))
+
+
+def _import_stragg_with_extension() -> ModuleType:
+    mod = importlib.import_module("stragg")
+    # stragg loads its C++ extension lazily (when a group is created): check it up front.
+    importlib.import_module("stragg._C")
+    return mod
+
+
+def import_stragg() -> tuple[ModuleType | None, str]:
+    """Import stragg (registers the "stragg" backend). Falls back to the repo's python/ dir.
+
+    Returns (module or None, reason it is unavailable). Children started with the 'spawn'
+    start method inherit the parent's sys.path, so the fallback carries over to ranks.
+    """
+    try:
+        return _import_stragg_with_extension(), ""
+    except ModuleNotFoundError as e:
+        if e.name != "stragg":
+            return None, f"{type(e).__name__}: {e}"
+    except (ImportError, OSError, RuntimeError) as e:
+        # A broken build is reported (and the run falls back to gloo), not a crash.
+        return None, f"{type(e).__name__}: {e}"
+    local = REPO_ROOT / "python"
+    if (local / "stragg" / "__init__.py").exists() and str(local) not in sys.path:
+        sys.path.insert(0, str(local))
+        try:
+            return _import_stragg_with_extension(), ""
+        except (ImportError, OSError, RuntimeError) as e:
+            sys.path.remove(str(local))
+            for name in [m for m in sys.modules if m == "stragg" or m.startswith("stragg.")]:
+                del sys.modules[name]
+            return None, f"{type(e).__name__}: {e}"
+    hint = "build and install it: pip install --no-build-isolation -e ."
+    return None, f"module 'stragg' not found ({hint})"
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def set_rendezvous_env(port: int | None = None) -> None:
+    os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
+    os.environ["MASTER_PORT"] = str(port if port is not None else free_port())
+
+
+def eprint(*args: object) -> None:
+    print(*args, file=sys.stderr, flush=True)

@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Sets up a fresh machine for stragg: system packages, a virtual environment in .venv with
+# torch==2.13.0 (CPU) and the test tools, and an editable build of stragg against that torch.
+# Idempotent: re-running only rebuilds what changed.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+APT_PACKAGES="cmake g++ libgtest-dev"
+missing=""
+for pkg in $APT_PACKAGES; do
+  dpkg -s "$pkg" >/dev/null 2>&1 || missing="$missing $pkg"
+done
+if [ -n "$missing" ]; then
+  echo "setup: installing Debian packages:$missing"
+  SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq $missing
+fi
+
+PYTHON=${PYTHON:-python3}
+if [ ! -x .venv/bin/python ]; then
+  echo "setup: creating .venv"
+  "$PYTHON" -m venv .venv
+fi
+PY=.venv/bin/python
+"$PY" -m pip install -q --upgrade "pip>=23" "setuptools>=64" wheel
+# torch is pinned: the CPU wheel is on local disk here. Never let pip pick a newer torch.
+"$PY" -m pip install -q "torch==${STRAGG_TORCH_VERSION:-2.13.0}"
+"$PY" -m pip install -q numpy pytest pybind11 ninja
+# --no-build-isolation: build against the torch installed above instead of fetching another.
+"$PY" -m pip install -q --no-build-isolation -e .
+"$PY" -c "import stragg, stragg._C, torch; print('setup: stragg', stragg.__version__, 'with torch', torch.__version__)"
