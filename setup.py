@@ -35,7 +35,9 @@ class CMakeBuild(build_ext):
                 "`pip install --no-build-isolation .`"
             ) from err
         out_dir = Path(self.get_ext_fullpath(ext.name)).parent.resolve()
-        build_dir = Path(self.build_temp).resolve() / "cmake"
+        # A persistent build tree (not pip's temporary one) keeps rebuilds incremental.
+        tag = f"py{sys.version_info.major}{sys.version_info.minor}-torch{torch.__version__}"
+        build_dir = ROOT / "build" / f"cmake-{tag}"
         build_dir.mkdir(parents=True, exist_ok=True)
         args = [
             f"-DCMAKE_BUILD_TYPE={os.environ.get('STRAGG_BUILD_TYPE', 'Release')}",
@@ -54,6 +56,6 @@ class CMakeBuild(build_ext):
 
 
 setup(
-    ext_modules=[CMakeExtension("stragg._C", "_C")],
+    ext_modules=[CMakeExtension("stragg._C", "_C"), CMakeExtension("stragg._core", "_core")],
     cmdclass={"build_ext": CMakeBuild},
 )

@@ -1,0 +1,297 @@
+#include "core/ir.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <sstream>
+
+namespace stragg {
+namespace core {
+
+const char* to_string(RecvOp op) { return op == RecvOp::kReduce ? "reduce" : "copy"; }
+
+const char* to_string(Collective c) {
+  switch (c) {
+    case Collective::kAllReduce:
+      return "allreduce";
+    case Collective::kReduceScatter:
+      return "reduce_scatter";
+    case Collective::kAllGather:
+      return "allgather";
+  }
+  return "?";
+}
+
+Collective collective_from_string(const std::string& s) {
+  if (s == "allreduce") return Collective::kAllReduce;
+  if (s == "reduce_scatter") return Collective::kReduceScatter;
+  if (s == "allgather") return Collective::kAllGather;
+  throw ScheduleError("unknown collective '" + s + "'");
+}
+
+Schedule Schedule::make(const std::string& algorithm, Collective collective, int n,
+                        int num_chunks) {
+  if (n < 1) throw ScheduleError(algorithm + ": n must be >= 1, got " + std::to_string(n));
+  if (num_chunks < 1)
+    throw ScheduleError(algorithm + ": num_chunks must be >= 1, got " + std::to_string(num_chunks));
+  Schedule s;
+  s.algorithm = algorithm;
+  s.collective = collective;
+  s.n = n;
+  s.num_chunks = num_chunks;
+  s.chunk_weights.assign(num_chunks, 1.0);
+  s.chunk_owner.assign(num_chunks, -1);
+  s.phases = {"main"};
+  s.rank_slowdown.assign(n, 1.0);
+  return s;
+}
+
+int Schedule::num_rounds() const {
+  int rounds = 0;
+  for (size_t i = 0; i < steps.size(); ++i)
+    if (i == 0 || steps[i].round != steps[i - 1].round) ++rounds;
+  return rounds;
+}
+
+int Schedule::num_post_arrival_rounds() const {
+  int rounds = 0;
+  size_t i = 0;
+  while (i < steps.size()) {
+    size_t j = i;
+    bool post = false;
+    while (j < steps.size() && steps[j].round == steps[i].round) post |= !steps[j++].pre_arrival;
+    rounds += post ? 1 : 0;
+    i = j;
+  }
+  return rounds;
+}
+
+int Schedule::phase_index(const std::string& name) {
+  for (size_t i = 0; i < phases.size(); ++i)
+    if (phases[i] == name) return static_cast<int>(i);
+  phases.push_back(name);
+  return static_cast<int>(phases.size()) - 1;
+}
+
+Step& Schedule::add_step(int phase, bool pre_arrival, bool same_round) {
+  Step st;
+  st.phase = phase;
+  st.pre_arrival = pre_arrival;
+  if (steps.empty())
+    st.round = 0;
+  else
+    st.round = steps.back().round + (same_round ? 0 : 1);
+  steps.push_back(std::move(st));
+  return steps.back();
+}
+
+double Schedule::total_weight() const {
+  return std::accumulate(chunk_weights.begin(), chunk_weights.end(), 0.0);
+}
+
+std::vector<ElementRange> Schedule::chunk_ranges(int64_t num_elements) const {
+  if (num_elements < 0) throw ScheduleError("chunk_ranges: negative element count");
+  const double total = total_weight();
+  std::vector<int64_t> len(num_chunks, 0);
+  std::vector<std::pair<double, int>> rem;
+  int64_t assigned = 0;
+  for (int c = 0; c < num_chunks; ++c) {
+    const double exact = static_cast<double>(num_elements) * chunk_weights[c] / total;
+    len[c] = static_cast<int64_t>(std::floor(exact));
+    assigned += len[c];
+    rem.emplace_back(exact - static_cast<double>(len[c]), c);
+  }
+  // Largest remainder first; ties to the lower chunk index, deterministic.
+  std::stable_sort(rem.begin(), rem.end(),
+                   [](const auto& a, const auto& b) { return a.first > b.first; });
+  for (size_t i = 0; assigned < num_elements; i = (i + 1) % rem.size()) {
+    ++len[rem[i].second];
+    ++assigned;
+  }
+  std::vector<ElementRange> out(num_chunks);
+  int64_t off = 0;
+  for (int c = 0; c < num_chunks; ++c) {
+    out[c] = {off, len[c]};
+    off += len[c];
+  }
+  return out;
+}
+
+std::vector<RankOp> Schedule::rank_program(int rank) const {
+  if (rank < 0 || rank >= n)
+    throw ScheduleError("rank_program: rank " + std::to_string(rank) + " out of range [0," +
+                        std::to_string(n) + ")");
+  std::vector<RankOp> prog;
+  for (size_t i = 0; i < steps.size(); ++i) {
+    const Step& st = steps[i];
+    RankOp op;
+    op.step = static_cast<int>(i);
+    op.round = st.round;
+    op.phase = st.phase;
+    op.pre_arrival = st.pre_arrival;
+    for (const Transfer& t : st.transfers) {
+      if (t.src == rank) {
+        op.has_send = true;
+        op.send_peer = t.dst;
+        op.send_chunk = t.chunk;
+        op.send_count = t.count;
+      }
+      if (t.dst == rank) {
+        op.has_recv = true;
+        op.recv_peer = t.src;
+        op.recv_chunk = t.chunk;
+        op.recv_count = t.count;
+        op.recv_op = t.op;
+      }
+    }
+    if (op.has_send || op.has_recv) prog.push_back(op);
+  }
+  return prog;
+}
+
+namespace {
+std::string where(const Schedule& s, size_t step) {
+  return s.algorithm + " (n=" + std::to_string(s.n) + ") step " + std::to_string(step);
+}
+}  // namespace
+
+void Schedule::validate_structure() const {
+  if (n < 1) throw ScheduleError(algorithm + ": n must be >= 1");
+  if (num_chunks < 1) throw ScheduleError(algorithm + ": num_chunks must be >= 1");
+  if (static_cast<int>(chunk_weights.size()) != num_chunks)
+    throw ScheduleError(algorithm + ": chunk_weights has " + std::to_string(chunk_weights.size()) +
+                        " entries, expected " + std::to_string(num_chunks));
+  for (double w : chunk_weights)
+    if (!(w > 0.0) || !std::isfinite(w))
+      throw ScheduleError(algorithm + ": chunk weights must be finite and > 0");
+  if (static_cast<int>(chunk_owner.size()) != num_chunks)
+    throw ScheduleError(algorithm + ": chunk_owner has wrong size");
+  for (int o : chunk_owner)
+    if (o < -1 || o >= n) throw ScheduleError(algorithm + ": chunk owner out of range");
+  if (static_cast<int>(rank_slowdown.size()) != n)
+    throw ScheduleError(algorithm + ": rank_slowdown has wrong size");
+  for (double f : rank_slowdown)
+    if (!(f >= 1.0) || !std::isfinite(f))
+      throw ScheduleError(algorithm + ": rank slowdown factors must be finite and >= 1");
+  if (phases.empty()) throw ScheduleError(algorithm + ": no phases");
+  for (int s : stragglers)
+    if (s < 0 || s >= n) throw ScheduleError(algorithm + ": straggler rank out of range");
+
+  std::vector<int> sent(n, -1), recvd(n, -1);
+  // Round rule bookkeeping: per rank, chunks sent / received within the current round.
+  std::vector<std::vector<std::pair<int, int>>> round_sends(n), round_reduces(n), round_copies(n);
+  for (size_t i = 0; i < steps.size(); ++i) {
+    const Step& st = steps[i];
+    if (i > 0 && st.round < steps[i - 1].round)
+      throw ScheduleError(where(*this, i) + ": rounds must be non-decreasing");
+    if (i == 0 || st.round != steps[i - 1].round) {
+      for (int r = 0; r < n; ++r) {
+        round_sends[r].clear();
+        round_reduces[r].clear();
+        round_copies[r].clear();
+      }
+    }
+    if (st.phase < 0 || st.phase >= static_cast<int>(phases.size()))
+      throw ScheduleError(where(*this, i) + ": phase index out of range");
+    for (const Transfer& t : st.transfers) {
+      if (t.src < 0 || t.src >= n || t.dst < 0 || t.dst >= n)
+        throw ScheduleError(where(*this, i) + ": transfer rank out of range (" +
+                            std::to_string(t.src) + "->" + std::to_string(t.dst) + ")");
+      if (t.src == t.dst)
+        throw ScheduleError(where(*this, i) + ": rank " + std::to_string(t.src) +
+                            " sends to itself");
+      if (t.count < 1 || t.chunk < 0 || t.chunk + t.count > num_chunks)
+        throw ScheduleError(where(*this, i) + ": chunk run [" + std::to_string(t.chunk) + "," +
+                            std::to_string(t.chunk + t.count) + ") out of range");
+      if (sent[t.src] == static_cast<int>(i))
+        throw ScheduleError(where(*this, i) + ": rank " + std::to_string(t.src) +
+                            " sends more than once (one-port rule)");
+      if (recvd[t.dst] == static_cast<int>(i))
+        throw ScheduleError(where(*this, i) + ": rank " + std::to_string(t.dst) +
+                            " receives more than once (one-port rule)");
+      if (st.pre_arrival)
+        for (int sg : stragglers)
+          if (t.src == sg || t.dst == sg)
+            throw ScheduleError(where(*this, i) + ": pre-arrival step involves straggler " +
+                                std::to_string(sg));
+      sent[t.src] = static_cast<int>(i);
+      recvd[t.dst] = static_cast<int>(i);
+    }
+    // Round rule: within one round (across different steps) a rank must not send a chunk it
+    // receives, and a copied chunk must not be received twice (several reductions into the same
+    // chunk commute and are allowed).
+    for (const Transfer& t : st.transfers) {
+      const int a = t.chunk, b = t.chunk + t.count;
+      auto overlaps = [&](const std::vector<std::pair<int, int>>& v) {
+        for (const auto& p : v)
+          if (p.first < b && a < p.second) return true;
+        return false;
+      };
+      if (overlaps(round_reduces[t.src]) || overlaps(round_copies[t.src]))
+        throw ScheduleError(where(*this, i) + ": rank " + std::to_string(t.src) +
+                            " sends a chunk it receives in another step of round " +
+                            std::to_string(st.round));
+      if (overlaps(round_sends[t.dst]) || overlaps(round_copies[t.dst]) ||
+          (t.op == RecvOp::kCopy && overlaps(round_reduces[t.dst])))
+        throw ScheduleError(where(*this, i) + ": rank " + std::to_string(t.dst) +
+                            " receives a chunk it sends or receives in another step of round " +
+                            std::to_string(st.round));
+    }
+    for (const Transfer& t : st.transfers) {
+      round_sends[t.src].push_back({t.chunk, t.chunk + t.count});
+      (t.op == RecvOp::kReduce ? round_reduces : round_copies)[t.dst].push_back(
+          {t.chunk, t.chunk + t.count});
+    }
+  }
+}
+
+Schedule relabel(const Schedule& s, const std::vector<int>& perm) {
+  if (static_cast<int>(perm.size()) != s.n)
+    throw ScheduleError("relabel: permutation has " + std::to_string(perm.size()) +
+                        " entries, expected " + std::to_string(s.n));
+  std::vector<int> seen(s.n, 0);
+  for (int p : perm) {
+    if (p < 0 || p >= s.n || seen[p]++) throw ScheduleError("relabel: not a permutation");
+  }
+  Schedule out = s;
+  for (auto& st : out.steps)
+    for (auto& t : st.transfers) {
+      t.src = perm[t.src];
+      t.dst = perm[t.dst];
+    }
+  for (auto& o : out.chunk_owner)
+    if (o >= 0) o = perm[o];
+  for (auto& sg : out.stragglers) sg = perm[sg];
+  for (int r = 0; r < s.n; ++r) out.rank_slowdown[perm[r]] = s.rank_slowdown[r];
+  return out;
+}
+
+std::vector<int> straggler_permutation(int n, int straggler) {
+  if (straggler < 0 || straggler >= n)
+    throw ScheduleError("straggler rank " + std::to_string(straggler) + " out of range [0," +
+                        std::to_string(n) + ")");
+  std::vector<int> perm(n);
+  int next = 0;
+  for (int r = 0; r < n - 1; ++r) {
+    if (next == straggler) ++next;
+    perm[r] = next++;
+  }
+  perm[n - 1] = straggler;
+  return perm;
+}
+
+void append_steps(Schedule& head, const Schedule& tail) {
+  if (head.n != tail.n || head.num_chunks != tail.num_chunks)
+    throw ScheduleError("append_steps: schedules differ in n or num_chunks");
+  int base = head.steps.empty() ? 0 : head.steps.back().round + 1;
+  int first_tail_round = tail.steps.empty() ? 0 : tail.steps.front().round;
+  for (const Step& st : tail.steps) {
+    Step copy = st;
+    copy.round = base + (st.round - first_tail_round);
+    copy.phase = head.phase_index(tail.phases.at(st.phase));
+    head.steps.push_back(std::move(copy));
+  }
+}
+
+}  // namespace core
+}  // namespace stragg

@@ -1,0 +1,451 @@
+// StragglAR (Devraj et al., "Efficient AllReduce with Stragglers"), canonical straggler n-1.
+//
+// Pre-arrival: ring reduce-scatter among the n-1 early ranks over n-1 chunks; afterwards rank g
+// holds chunk g reduced over all non-stragglers ("partially reduced").
+// Post-arrival, round r <= n-2: rank r and the straggler exchange chunk r and both reduce, which
+// makes chunk r fully reduced on both. Fully reduced chunks are copied onwards.
+//
+// Power-of-2 n: Algorithm 1 / App. D. Phase 1 (rounds < log n) gives every rank one fully reduced
+// chunk by doubling; from round log n on, the holders P of the oldest active chunk are matched
+// with the holders Q of the other active chunks (every rank holds exactly one active chunk), with
+// the ranks in the critical window (future straggler partners) served first with chunks old
+// enough not to be active at their straggler round; after round n-2 the straggler joins Q with
+// the last chunk. Exactly n + log2(n) - 2 post-arrival rounds (Theorem 1); the generator checks
+// the invariants of the proof and throws if one breaks.
+//
+// Other n (App. E leaves odd n out): a deadline-driven assignment per round. Each chunk c, fully
+// reduced in round j, is due by round j + ceil(log2 n); a rank that will pair with the straggler
+// in round g cannot receive then, so chunks due in round g are due for it a round earlier. Every
+// round the sends form a bipartite matching between holders and ranks lacking chunks (one send
+// and one receive per rank, not necessarily pairwise), built by augmenting paths: first the
+// receives needed to keep each chunk on its doubling track (earliest deadline first), then any
+// other useful receive. Ranks may hold several active chunks, so an idle rank per round can occur.
+#include <algorithm>
+#include <cstdint>
+#include <numeric>
+
+#include "core/generators.h"
+
+namespace stragg {
+namespace core {
+
+namespace {
+
+constexpr int kNone = -1;
+
+class PropagationState {
+ public:
+  PropagationState(int n) : n_(n), m_(n - 1), holds_(static_cast<size_t>(n) * (n - 1), 0),
+                            count_(n - 1, 0), full_round_(n - 1, kNone), holders_(n - 1) {}
+  bool holds(int rank, int chunk) const { return holds_[static_cast<size_t>(rank) * m_ + chunk]; }
+  void give(int rank, int chunk) {
+    char& h = holds_[static_cast<size_t>(rank) * m_ + chunk];
+    if (!h) {
+      h = 1;
+      holders_[chunk].push_back(rank);
+      if (rank != n_ - 1) ++count_[chunk];
+    }
+  }
+  const std::vector<int>& holders(int chunk) const { return holders_[chunk]; }
+  // Non-straggler holders of a fully reduced chunk.
+  int count(int chunk) const { return count_[chunk]; }
+  bool complete(int chunk) const { return count_[chunk] == m_; }
+  int full_round(int chunk) const { return full_round_[chunk]; }
+  void set_full(int chunk, int round) { full_round_[chunk] = round; }
+  bool active(int chunk, int round) const {
+    return full_round_[chunk] != kNone && full_round_[chunk] < round && !complete(chunk);
+  }
+  bool all_complete() const {
+    for (int c = 0; c < m_; ++c)
+      if (!complete(c)) return false;
+    return true;
+  }
+
+ private:
+  int n_, m_;
+  std::vector<char> holds_;
+  std::vector<int> count_, full_round_;
+  std::vector<std::vector<int>> holders_;
+};
+
+void add_exchange_with_straggler(Step& st, int rank, int sigma) {
+  st.transfers.push_back({rank, sigma, rank, 1, RecvOp::kReduce});
+  st.transfers.push_back({sigma, rank, rank, 1, RecvOp::kReduce});
+}
+
+std::string internal(int n, int r, const std::string& what) {
+  return "stragglar: internal error for n=" + std::to_string(n) + " in round " +
+         std::to_string(r) + ": " + what;
+}
+
+// ---------------------------------------------------------------- power of 2 (Algorithm 1)
+void append_pow2(Schedule& s, int phase) {
+  const int n = s.n, sigma = n - 1, L = detail::ceil_log2(n);
+  PropagationState ps(n);
+  const int total_rounds = n + L - 2;
+  for (int r = 0; r < total_rounds; ++r) {
+    Step& st = s.add_step(phase);
+    std::vector<char> busy(n, 0);
+    std::vector<std::pair<int, int>> gains;  // (rank, chunk) received by copy this round
+    if (r <= n - 2) {
+      add_exchange_with_straggler(st, r, sigma);
+      busy[r] = busy[sigma] = 1;
+    }
+    if (r >= 1 && r < L) {
+      // Phase 1: rank r-1 -> rank r-1+L; every other holder -> a chunk-less rank > 2(L-1).
+      std::vector<int> senders;
+      for (int g = 0; g < n - 1; ++g)
+        if (!busy[g] && g != r - 1)
+          for (int c = 0; c < n - 1; ++c)
+            if (ps.holds(g, c)) {
+              senders.push_back(g);
+              break;
+            }
+      auto send = [&](int from, int to) {
+        int c = 0;
+        while (!ps.holds(from, c)) ++c;
+        st.transfers.push_back({from, to, c, 1, RecvOp::kCopy});
+        busy[from] = busy[to] = 1;
+        gains.push_back({to, c});
+      };
+      send(r - 1, r - 1 + L);
+      int pool = 2 * (L - 1) + 1;
+      for (int g : senders) {
+        auto has_chunk = [&](int x) {
+          for (int c = 0; c < n - 1; ++c)
+            if (ps.holds(x, c)) return true;
+          for (auto& gn : gains)
+            if (gn.first == x) return true;
+          return false;
+        };
+        while (pool < n - 1 && (busy[pool] || has_chunk(pool))) ++pool;
+        if (pool >= n - 1) throw ScheduleError(internal(n, r, "phase-1 pool exhausted"));
+        send(g, pool);
+      }
+    } else if (r >= L) {
+      // Phase 2/3: every non-straggler holds exactly one active chunk.
+      std::vector<int> active_of(n, kNone);
+      for (int g = 0; g < n - 1; ++g) {
+        if (busy[g]) continue;
+        for (int c = 0; c < n - 1; ++c)
+          if (ps.holds(g, c) && ps.active(c, r)) {
+            if (active_of[g] != kNone)
+              throw ScheduleError(internal(n, r, "rank " + std::to_string(g) +
+                                                     " holds two active chunks"));
+            active_of[g] = c;
+          }
+      }
+      const int oldest = r - L;
+      std::vector<int> P, Q;
+      for (int g = 0; g < n - 1; ++g) {
+        if (busy[g]) continue;
+        if (active_of[g] == kNone) throw ScheduleError(internal(n, r, "rank without active chunk"));
+        (active_of[g] == oldest ? P : Q).push_back(g);
+      }
+      if (r >= n - 1) {
+        active_of[sigma] = n - 2;  // the straggler only ever sends the last chunk
+        Q.push_back(sigma);
+      }
+      if (P.size() != Q.size())
+        throw ScheduleError(internal(n, r, "|P| != |Q| (" + std::to_string(P.size()) + " vs " +
+                                               std::to_string(Q.size()) + ")"));
+      // Critical window: future straggler partners u in (r, r+L) may only receive chunks with
+      // index <= u - L (they must hold chunk u-L, and nothing newer, at round u).
+      std::vector<int> crit, rest;
+      for (int u : P) (u > r && u <= n - 2 && u - L < r - 1 ? crit : rest).push_back(u);
+      std::sort(crit.begin(), crit.end());
+      std::vector<char> used(Q.size(), 0);
+      std::vector<std::pair<int, int>> pairs;
+      for (int u : crit) {
+        int best = kNone;
+        for (size_t i = 0; i < Q.size(); ++i)
+          if (!used[i] && active_of[Q[i]] <= u - L &&
+              (best == kNone || active_of[Q[i]] < active_of[Q[best]]))
+            best = static_cast<int>(i);
+        if (best == kNone)
+          throw ScheduleError(internal(n, r, "no partner for critical rank " + std::to_string(u)));
+        used[best] = 1;
+        pairs.push_back({u, Q[best]});
+      }
+      size_t qi = 0;
+      for (int u : rest) {
+        while (used[qi]) ++qi;
+        used[qi] = 1;
+        pairs.push_back({u, Q[qi]});
+      }
+      for (auto [u, v] : pairs) {
+        if (v != sigma) {
+          st.transfers.push_back({u, v, oldest, 1, RecvOp::kCopy});
+          gains.push_back({v, oldest});
+        }
+        st.transfers.push_back({v, u, active_of[v], 1, RecvOp::kCopy});
+        gains.push_back({u, active_of[v]});
+      }
+    }
+    for (auto [g, c] : gains) ps.give(g, c);
+    if (r <= n - 2) {
+      ps.give(r, r);
+      ps.give(sigma, r);
+      ps.set_full(r, r);
+    }
+  }
+  if (!ps.all_complete())
+    throw ScheduleError(internal(n, total_rounds, "chunks not fully propagated"));
+}
+
+// ---------------------------------------------------------------- general n
+// Bipartite matching senders -> receivers, receivers carry the chunk they get.
+class RoundMatcher {
+ public:
+  RoundMatcher(const PropagationState& ps, int n, const std::vector<char>& can_send)
+      : ps_(ps), n_(n), can_send_(can_send), sender_of_(n, kNone), chunk_of_(n, kNone),
+        receiver_of_(n, kNone), seen_(n, 0) {}
+
+  bool matched_receiver(int v) const { return sender_of_[v] != kNone; }
+
+  // Tries to let receiver v get chunk c, re-routing other receivers' senders if needed.
+  bool add(int v, int c) {
+    ++stamp_;
+    chunk_of_[v] = c;
+    if (augment(v)) return true;
+    chunk_of_[v] = kNone;
+    return false;
+  }
+
+  template <typename F>
+  void for_each(F f) const {
+    for (int v = 0; v < n_; ++v)
+      if (sender_of_[v] != kNone) f(sender_of_[v], v, chunk_of_[v]);
+  }
+
+ private:
+  bool augment(int v) {
+    const int c = chunk_of_[v];
+    for (int s : ps_.holders(c)) {
+      if (!can_send_[s] || seen_[s] == stamp_) continue;
+      seen_[s] = stamp_;
+      if (receiver_of_[s] == kNone || augment(receiver_of_[s])) {
+        receiver_of_[s] = v;
+        sender_of_[v] = s;
+        return true;
+      }
+    }
+    return false;
+  }
+
+  const PropagationState& ps_;
+  int n_;
+  const std::vector<char>& can_send_;
+  std::vector<int> sender_of_, chunk_of_, receiver_of_, seen_;
+  int stamp_ = 0;
+};
+
+struct GeneralVariant {
+  bool adaptive_partner = false;  // choose the straggler's partner each round (else rank r)
+  bool fill = true;               // tier 2: use idle ports for receives ahead of schedule
+  bool load_first = false;        // order tier-1 receivers by load before personal deadline
+  int slack = 0;                  // extra rounds allowed per chunk beyond ceil(log2 n)
+  uint64_t seed = 0;              // 0: ties broken by rank; else a fixed pseudo-random order
+};
+
+// Deterministic tie-break keys (splitmix64), so every variant is a pure function of its seed.
+std::vector<uint64_t> tie_keys(int n, uint64_t seed) {
+  std::vector<uint64_t> k(n);
+  for (int i = 0; i < n; ++i) {
+    uint64_t z = seed ? seed * 0x9E3779B97F4A7C15ULL + static_cast<uint64_t>(i) * 0xBF58476D1CE4E5B9ULL : i;
+    if (seed) {
+      z ^= z >> 30;
+      z *= 0xBF58476D1CE4E5B9ULL;
+      z ^= z >> 27;
+      z *= 0x94D049BB133111EBULL;
+      z ^= z >> 31;
+    }
+    k[i] = z;
+  }
+  return k;
+}
+
+void append_general(Schedule& s, int phase, const GeneralVariant& var) {
+  const int n = s.n, sigma = n - 1, m = n - 1, L = detail::ceil_log2(n);
+  PropagationState ps(n);
+  std::vector<int> partner_round(n, kNone);  // round in which rank g pairs with the straggler
+  if (!var.adaptive_partner)
+    for (int g = 0; g < m; ++g) partner_round[g] = g;
+  std::vector<int> chunk_of_round(n, kNone);
+  const std::vector<uint64_t> tie = tie_keys(n, var.seed);
+  auto deadline = [&](int c) {
+    // Chunk c is full after its straggler round; ceil(log2 n) rounds to reach everyone, one
+    // fewer for the last chunk, which the (then free) straggler helps spread.
+    return ps.full_round(c) + var.slack + (ps.full_round(c) == m - 1 ? std::max(L - 1, 1) : L);
+  };
+  const int max_rounds = 4 * n + 8 * L + 8;
+  for (int r = 0; !ps.all_complete() || r < n - 1; ++r) {
+    if (r > max_rounds) throw ScheduleError(internal(n, r, "no progress"));
+    std::vector<int> active;
+    for (int c = 0; c < m; ++c)
+      if (ps.active(c, r)) active.push_back(c);
+    std::sort(active.begin(), active.end(), [&](int a, int b) {
+      return deadline(a) != deadline(b) ? deadline(a) < deadline(b) : a < b;
+    });
+    int partner = kNone;
+    if (r <= n - 2) {
+      if (var.adaptive_partner) {
+        // The rank whose most urgent missing chunk is least urgent (it cannot receive now).
+        int best_key = -1;
+        for (int g = 0; g < m; ++g) {
+          if (partner_round[g] != kNone) continue;
+          int key = 1 << 29;
+          for (int c : active)
+            if (!ps.holds(g, c)) {
+              key = deadline(c);
+              break;
+            }
+          if (key > best_key || (key == best_key && tie[g] < tie[partner]))
+            best_key = key, partner = g;
+        }
+        partner_round[partner] = r;
+      } else {
+        partner = r;
+      }
+      chunk_of_round[r] = partner;
+    }
+    Step& st = s.add_step(phase);
+    std::vector<char> can_send(n, 0), can_recv(n, 0);
+    for (int g = 0; g < m; ++g) can_send[g] = can_recv[g] = 1;
+    if (partner != kNone) {
+      add_exchange_with_straggler(st, partner, sigma);
+      can_send[partner] = can_recv[partner] = 0;
+    } else {
+      can_send[sigma] = 1;  // holds everything from now on
+    }
+    // Active chunks held per rank (to prefer receivers that would otherwise idle as senders).
+    std::vector<int> load(n, 0);
+    for (int c : active)
+      for (int g = 0; g < m; ++g)
+        if (ps.holds(g, c)) ++load[g];
+    auto personal_deadline = [&](int g, int c) {
+      const int d = deadline(c);
+      const int pr = partner_round[g];
+      return (pr != kNone && pr > r && d == pr) ? pr - 1 : d;
+    };
+    auto next_partner = [&](int g) { return partner_round[g] == r + 1; };
+
+    RoundMatcher match(ps, n, can_send);
+    const bool sigma_free = r >= n - 2;
+    // Tier 1: receives required to keep each chunk on schedule, earliest deadline first.
+    for (int c : active) {
+      const int left = std::max(deadline(c) - r, 0);
+      const int target = m + (sigma_free ? 1 : 0);
+      const int have = ps.count(c) + (sigma_free ? 1 : 0);
+      const long long reach = left >= 30 ? (1LL << 30) : (1LL << left);
+      int need = static_cast<int>(std::max<long long>(0, (target + reach - 1) / reach - have));
+      std::vector<int> cand;
+      for (int g = 0; g < m; ++g)
+        if (can_recv[g] && !match.matched_receiver(g) && !ps.holds(g, c)) cand.push_back(g);
+      std::sort(cand.begin(), cand.end(), [&](int a, int b) {
+        const int da = personal_deadline(a, c), db = personal_deadline(b, c);
+        if (var.load_first && load[a] != load[b]) return load[a] < load[b];
+        if (da != db) return da < db;
+        if (next_partner(a) != next_partner(b)) return !next_partner(a);
+        if (load[a] != load[b]) return load[a] < load[b];
+        return tie[a] < tie[b];
+      });
+      for (int g : cand) {
+        const bool must = personal_deadline(g, c) <= r;
+        if (need <= 0 && !must) continue;
+        if (match.add(g, c)) {
+          --need;
+          ++load[g];
+        }
+      }
+    }
+    if (var.fill) {
+      // Tier 2: any other useful receive, earliest deadline first.
+      std::vector<int> order;
+      for (int g = 0; g < m; ++g)
+        if (can_recv[g]) order.push_back(g);
+      std::sort(order.begin(), order.end(), [&](int a, int b) {
+        if (next_partner(a) != next_partner(b)) return !next_partner(a);
+        if (load[a] != load[b]) return load[a] < load[b];
+        return tie[a] < tie[b];
+      });
+      for (int g : order) {
+        if (match.matched_receiver(g)) continue;
+        for (int c : active)
+          if (!ps.holds(g, c) && match.add(g, c)) break;
+      }
+    }
+    std::vector<std::pair<int, int>> gains;
+    match.for_each([&](int from, int to, int c) {
+      st.transfers.push_back({from, to, c, 1, RecvOp::kCopy});
+      gains.push_back({to, c});
+    });
+    for (auto [g, c] : gains) ps.give(g, c);
+    if (partner != kNone) {
+      ps.give(partner, partner);
+      ps.give(sigma, partner);
+      ps.set_full(partner, r);
+    }
+  }
+}
+
+// Runs a small portfolio of deterministic variants and keeps the one with the fewest rounds.
+void append_general_best(Schedule& s, int phase) {
+  Schedule best;
+  bool have = false;
+  const int lb = stragglar_round_lower_bound(s.n);
+  const int trials = s.n <= 128 ? 12 : 4;
+  for (int bits = 0; bits < trials; ++bits) {
+    GeneralVariant v;
+    v.adaptive_partner = bits & 1;
+    v.fill = !(bits & 2);
+    v.slack = bits < 4 ? 1 : (bits < 8 ? 0 : 2);
+    v.load_first = bits >= 8;
+    Schedule trial = s;
+    append_general(trial, phase, v);
+    if (!have || trial.num_rounds() < best.num_rounds()) {
+      best = std::move(trial);
+      have = true;
+    }
+    if (best.num_rounds() - s.num_rounds() == lb) break;
+  }
+  s = std::move(best);
+}
+
+Schedule make_schedule(int n, bool with_pre_arrival) {
+  if (n < 2) throw ScheduleError("stragglar: needs n >= 2, got " + std::to_string(n));
+  Schedule s = Schedule::make("stragglar", Collective::kAllReduce, n, n - 1);
+  s.stragglers = {n - 1};
+  s.phases = {"pre_arrival_reduce_scatter", "stragglar"};
+  if (with_pre_arrival) {
+    std::vector<int> ranks(n - 1);
+    std::iota(ranks.begin(), ranks.end(), 0);
+    detail::append_ring_reduce_scatter(s, ranks, ranks, 1, 0, /*pre_arrival=*/true);
+  }
+  if (detail::is_pow2(n))
+    append_pow2(s, 1);
+  else
+    append_general_best(s, 1);
+  return s;
+}
+
+}  // namespace
+
+int stragglar_round_lower_bound(int n) { return n - 2 + detail::ceil_log2(n); }
+
+Schedule stragglar(int n, int straggler) {
+  Schedule s = make_schedule(n, true);
+  if (straggler < 0) straggler = n - 1;
+  s.params_json = "{\"straggler\": " + std::to_string(straggler) + "}";
+  return straggler == n - 1 ? s : relabel(s, straggler_permutation(n, straggler));
+}
+
+Schedule stragglar_post_arrival(int n, int straggler) {
+  Schedule s = make_schedule(n, false);
+  if (straggler < 0) straggler = n - 1;
+  s.params_json = "{\"straggler\": " + std::to_string(straggler) + "}";
+  return straggler == n - 1 ? s : relabel(s, straggler_permutation(n, straggler));
+}
+
+}  // namespace core
+}  // namespace stragg

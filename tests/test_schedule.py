@@ -1,0 +1,86 @@
+"""Torch-free schedule API and CLI (stragg.schedule)."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+from stragg import schedule
+
+
+@pytest.mark.parametrize("algo", ["ring", "rhd", "direct", "stragglar", "bcast", "optcc"])
+def test_every_generator_verifies_for_small_n(algo: str) -> None:
+    for n in range(2, 33):
+        s = schedule.build(algo, n)
+        v = s.verify()
+        assert v, f"{algo} n={n}: {v.error}"
+        assert v.ok and v.error == ""
+        assert s.n == n
+
+
+def test_stragglar_power_of_two_rounds_and_straggler_relabel() -> None:
+    for n in (2, 4, 8, 16, 32, 64, 128, 256):
+        s = schedule.build("stragglar", n, straggler=n // 3)
+        assert s.num_post_arrival_rounds == n + int(math.log2(n)) - 2
+        assert s.stragglers == [n // 3]
+    s = schedule.build("stragglar", 8, straggler=3)
+    assert s.num_rounds == 6 + 9
+    for step in s.steps():
+        if step["pre_arrival"]:
+            assert all(3 not in (t["src"], t["dst"]) for t in step["transfers"])
+    assert schedule.stragglar_round_lower_bound(10) == 12
+
+
+def test_json_round_trip_and_str() -> None:
+    s = schedule.build("optcc", 6, straggler=2, slowdown=1.5, segments=4)
+    doc = json.loads(s.to_json())
+    assert doc["format"] == "stragg.schedule/1"
+    assert doc["n"] == 6 and doc["num_rounds"] == s.num_rounds
+    assert doc["rank_slowdown"][2] == 1.5
+    t = schedule.from_json(s.to_json(indent=2))
+    assert t.to_json() == s.to_json()
+    assert t.verify()
+    text = str(schedule.build("ring", 4))
+    assert "r3" in text and "<2:c" in text
+
+
+def test_rank_program_and_chunk_ranges_for_the_executor() -> None:
+    s = schedule.build("optcc", 5, straggler=4, slowdown=1.5, segments=2)
+    ranges = s.chunk_ranges(1000)
+    assert sum(length for _, length in ranges) == 1000
+    assert all(ranges[i][0] + ranges[i][1] == ranges[i + 1][0] for i in range(len(ranges) - 1))
+    assert len(set(s.chunk_weights)) == 2  # bubble chunks are smaller
+    prog = s.rank_program(0)
+    assert prog and all(op["send"] or op["recv"] for op in prog)
+    peers = {op["send"][0] for op in prog if op["send"]}
+    assert 4 in peers
+    for op in prog:
+        if op["recv"]:
+            assert op["recv"][3] in ("reduce", "copy")
+
+
+def test_errors_are_value_errors() -> None:
+    with pytest.raises(ValueError, match="unknown algorithm"):
+        schedule.build("nope", 4)
+    with pytest.raises(ValueError, match="unknown parameter"):
+        schedule.build("ring", 4, bogus=1)
+    with pytest.raises(ValueError):
+        schedule.build("stragglar", 4, straggler=7)
+    with pytest.raises(ValueError):
+        schedule.from_json("{}")
+
+
+def test_cli_show_verify_rounds(capsys: pytest.CaptureFixture[str]) -> None:
+    assert schedule.main(["show", "stragglar", "--n", "8"]) == 0
+    out = capsys.readouterr().out
+    assert "stragglar allreduce: n=8" in out and "post-arrival rounds=9" in out
+    assert schedule.main(["show", "ring", "--n", "4", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["num_rounds"] == 6
+    assert schedule.main(["verify", "ring", "stragglar", "--n", "2..12", "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert len(rows) == 22 and all(r["ok"] for r in rows)
+    assert schedule.main(["rounds", "stragglar", "--n", "4,8,16", "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert [r["post_arrival_rounds"] for r in rows] == [4, 9, 18]
+    assert schedule.main(["show", "nope", "--n", "4"]) == 2
