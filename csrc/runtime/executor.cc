@@ -90,6 +90,15 @@ class StepSink final : public RecvSink {
   uint8_t* buf_;
 };
 
+// True if an op before ops[i] in the list goes to the same peer and is not finished yet.
+template <typename Op>
+bool earlier_op_pending(const std::vector<Op>& ops, size_t i) {
+  for (size_t j = 0; j < i; ++j) {
+    if (ops[j].peer == ops[i].peer && !ops[j].done) return true;
+  }
+  return false;
+}
+
 }  // namespace
 
 void Executor::run(const RankPlan& plan, const CollectiveSpec& spec, void* buf,
@@ -142,20 +151,15 @@ void Executor::run(const RankPlan& plan, const CollectiveSpec& spec, void* buf,
         bool moved = false;
         bool all_done = true;
         // Ops to one peer run in list order: only the first unfinished one may progress.
-        std::vector<int> busy_send, busy_recv;
-        for (auto& s : sends) {
-          if (s.done) continue;
+        for (size_t i = 0; i < sends.size(); ++i) {
+          if (sends[i].done) continue;
           all_done = false;
-          if (std::find(busy_send.begin(), busy_send.end(), s.peer) != busy_send.end()) continue;
-          moved |= transport_.progress(s);
-          if (!s.done) busy_send.push_back(s.peer);
+          if (!earlier_op_pending(sends, i)) moved |= transport_.progress(sends[i]);
         }
-        for (auto& r : recvs) {
-          if (r.done) continue;
+        for (size_t i = 0; i < recvs.size(); ++i) {
+          if (recvs[i].done) continue;
           all_done = false;
-          if (std::find(busy_recv.begin(), busy_recv.end(), r.peer) != busy_recv.end()) continue;
-          moved |= transport_.progress(r);
-          if (!r.done) busy_recv.push_back(r.peer);
+          if (!earlier_op_pending(recvs, i)) moved |= transport_.progress(recvs[i]);
         }
         if (all_done) break;
         if (moved) continue;
