@@ -16,6 +16,10 @@ stragg::BackendConfig config_from_dict(const py::dict& d) {
   if (d.contains("shm_slots")) c.shm.num_slots = d["shm_slots"].cast<size_t>();
   if (d.contains("spin_us")) c.shm.spin_us = d["spin_us"].cast<int>();
   if (d.contains("yield_us")) c.shm.yield_us = d["yield_us"].cast<int>();
+  if (d.contains("tcp_host")) c.tcp.advertise_host = d["tcp_host"].cast<std::string>();
+  if (d.contains("tcp_store_host")) c.tcp_store_host = d["tcp_store_host"].cast<std::string>();
+  if (d.contains("tcp_port")) c.tcp.port = d["tcp_port"].cast<uint16_t>();
+  if (d.contains("tcp_staging_bytes")) c.tcp.staging_bytes = d["tcp_staging_bytes"].cast<size_t>();
   return c;
 }
 

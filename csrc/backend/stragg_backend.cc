@@ -38,41 +38,68 @@ StraggBackend::StraggBackend(const c10::intrusive_ptr<c10d::Store>& store, int r
                              BackendConfig config)
     : c10d::Backend(rank, size), group_name_(std::move(group_name)), timeout_(timeout) {
   const std::string& mode = config.transport;
-  TORCH_CHECK(mode == "auto" || mode == "shm" || mode == "gloo", "stragg: rank ", rank,
-              ": unknown STRAGG_TRANSPORT '", mode, "' (expected auto, shm or gloo)");
+  TORCH_CHECK(mode == "auto" || mode == "shm" || mode == "tcp" || mode == "gloo", "stragg: rank ",
+              rank, ": unknown STRAGG_TRANSPORT '", mode, "' (expected auto, shm, tcp or gloo)");
   if (size > 1) {
     StoreRendezvous rdv(store);
+    // This rank's TCP address, worked out before the exchange so that every rank decides the
+    // transport from the same information ("-" when unknown).
+    std::string tcp_address = config.tcp.advertise_host;
+    if (tcp_address.empty() && !config.tcp_store_host.empty()) {
+      try {
+        tcp_address = local_address_toward(config.tcp_store_host);
+      } catch (const Error& e) {
+        LOG(WARNING) << e.what();
+      }
+    }
+    if (tcp_address.empty()) tcp_address = "-";
     std::vector<std::string> hello;
     try {
-      hello = exchange_all(rdv, "hello", rank, size, host_identity() + "\n" + mode, timeout,
+      hello = exchange_all(rdv, "hello", rank, size,
+                           host_identity() + "\n" + mode + "\n" + tcp_address, timeout,
                            "process group setup");
     } catch (const Error& e) {
       C10_THROW_ERROR(DistBackendError, e.what());
     }
     bool same_host = true;
+    bool all_have_tcp_address = true;
     std::string first_host;
     for (int r = 0; r < size; ++r) {
       auto f = split_lines(hello[r]);
-      TORCH_CHECK(f.size() == 2, "stragg: rank ", rank, ": bad setup record from rank ", r);
+      TORCH_CHECK(f.size() == 3, "stragg: rank ", rank, ": bad setup record from rank ", r);
       if (r == 0) first_host = f[0];
       if (f[0] != first_host) same_host = false;
+      if (f[2] == "-") all_have_tcp_address = false;
       TORCH_CHECK(f[1] == mode, "stragg: rank ", rank, ": STRAGG_TRANSPORT mismatch: rank ", r,
                   " uses '", f[1], "', rank ", rank, " uses '", mode, "'");
     }
-    if (mode == "gloo" || (mode == "auto" && !same_host)) {
-      path_ = AllreducePath::Delegate;
-    } else {
-      TORCH_CHECK(same_host, "stragg: rank ", rank,
-                  ": STRAGG_TRANSPORT=shm but the ranks are not on one host (different host, "
-                  "boot or network namespace)");
-      path_ = AllreducePath::Executor;
-      config.shm.setup_timeout = timeout;
-      try {
+    // auto: shared memory on one host; TCP across hosts when every rank knows its address;
+    // otherwise all_reduce falls back to the inner Gloo backend.
+    std::string chosen = mode;
+    if (mode == "auto") chosen = same_host ? "shm" : (all_have_tcp_address ? "tcp" : "gloo");
+    TORCH_CHECK(chosen != "shm" || same_host, "stragg: rank ", rank,
+                ": STRAGG_TRANSPORT=shm but the ranks are not on one host (different host, boot "
+                "or network namespace)");
+    TORCH_CHECK(chosen != "tcp" || all_have_tcp_address, "stragg: rank ", rank,
+                ": STRAGG_TRANSPORT=tcp needs every rank's address: set STRAGG_TCP_HOST (or use "
+                "a TCPStore / MASTER_ADDR, whose route picks it)");
+    try {
+      if (chosen == "shm") {
+        config.shm.setup_timeout = timeout;
         transport_ = std::make_unique<ShmTransport>(rdv, "shm", rank, size, config.shm);
-      } catch (const Error& e) {
-        C10_THROW_ERROR(DistBackendError, e.what());
+      } else if (chosen == "tcp") {
+        config.tcp.setup_timeout = timeout;
+        config.tcp.advertise_host = tcp_address;
+        transport_ = std::make_unique<TcpTransport>(rdv, "tcp", rank, size, config.tcp);
       }
+    } catch (const Error& e) {
+      C10_THROW_ERROR(DistBackendError, e.what());
+    }
+    if (transport_) {
+      path_ = AllreducePath::Executor;
       executor_ = std::make_unique<Executor>(*transport_);
+    } else {
+      path_ = AllreducePath::Delegate;
     }
   }
   LOG(INFO) << "stragg: rank " << rank << " of group '" << group_name_ << "' (size " << size
@@ -116,6 +143,9 @@ std::map<std::string, int64_t> StraggBackend::stats() const {
   if (auto* shm = dynamic_cast<ShmTransport*>(transport_.get())) {
     s["shm_slot_bytes"] = static_cast<int64_t>(shm->options().slot_bytes);
     s["shm_slots"] = static_cast<int64_t>(shm->options().num_slots);
+  }
+  if (auto* tcp = dynamic_cast<TcpTransport*>(transport_.get())) {
+    s["tcp_staging_bytes"] = static_cast<int64_t>(tcp->options().staging_bytes);
   }
   return s;
 }

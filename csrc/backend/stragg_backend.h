@@ -19,12 +19,15 @@
 #include "backend/type_mapping.h"
 #include "runtime/executor.h"
 #include "runtime/shm_transport.h"
+#include "runtime/tcp_transport.h"
 
 namespace stragg {
 
 struct BackendConfig {
-  std::string transport = "auto";  // auto | shm | gloo
+  std::string transport = "auto";  // auto | shm | tcp | gloo
   ShmOptions shm;
+  TcpOptions tcp;          // tcp.advertise_host empty: the address that routes to tcp_store_host
+  std::string tcp_store_host;  // host of the rendezvous store (TCPStore / MASTER_ADDR), or empty
 };
 
 // How all_reduce on CPU tensors is carried out: in-process (world size 1), on stragg's executor

@@ -170,12 +170,23 @@ void Executor::run(const RankPlan& plan, const CollectiveSpec& spec, void* buf,
         const auto now = Clock::now();
         if (now - last_health_check >= std::chrono::milliseconds(100)) {
           last_health_check = now;
+          // Only peers this step still waits for matter: a rank that finished its part and
+          // exited is not an error for ranks still completing theirs.
           auto dead = transport_.dead_peers();
+          dead.erase(std::remove_if(dead.begin(), dead.end(),
+                                    [&](int q) {
+                                      for (auto& r : recvs)
+                                        if (!r.done && r.peer == q) return false;
+                                      for (auto& x : sends)
+                                        if (!x.done && x.peer == q) return false;
+                                      return true;
+                                    }),
+                     dead.end());
           if (!dead.empty()) {
             std::ostringstream m;
             m << prefix(rank, spec) << ": rank" << (dead.size() > 1 ? "s" : "");
             for (size_t i = 0; i < dead.size(); ++i) m << (i ? ", " : " ") << dead[i];
-            m << (dead.size() > 1 ? " have" : " has") << " died (process exited)";
+            m << (dead.size() > 1 ? " have" : " has") << " died (process or connection gone)";
             throw TimeoutError(m.str());
           }
         }

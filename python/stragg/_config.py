@@ -6,7 +6,7 @@ import os
 import re
 from typing import Any
 
-TRANSPORTS = ("auto", "shm", "gloo")
+TRANSPORTS = ("auto", "shm", "tcp", "gloo")
 _SIZE = re.compile(r"^\s*(\d+)\s*(|k|kib|m|mib)\s*$", re.IGNORECASE)
 _UNITS = {"": 1, "k": 1024, "kib": 1024, "m": 1 << 20, "mib": 1 << 20}
 
@@ -35,4 +35,9 @@ def backend_config() -> dict[str, Any]:
         "shm_slots": _size_env("STRAGG_SHM_SLOTS", 4),
         "spin_us": _size_env("STRAGG_SPIN_US", 10),
         "yield_us": _size_env("STRAGG_YIELD_US", 200),
+        # TCP transport: the address this rank advertises (empty: the local address that routes
+        # to the store host), a fixed listening port (0: ephemeral), receive staging per peer.
+        "tcp_host": os.environ.get("STRAGG_TCP_HOST", "").strip(),
+        "tcp_port": _size_env("STRAGG_TCP_PORT", 0),
+        "tcp_staging_bytes": _size_env("STRAGG_TCP_STAGING_BYTES", 512 * 1024),
     }

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 from typing import Any
 
 import torch
@@ -29,8 +30,10 @@ def _create_backend(dist_opts: Any, backend_opts: Any = None) -> Any:
     size = dist_opts.group_size
     timeout = dist_opts.timeout
     group_name = str(dist_opts.group_id)
+    config = backend_config()
+    config["tcp_store_host"] = _store_host(store)
     backend = _C.StraggBackend(
-        dist.PrefixStore("stragg/", store), rank, size, timeout, group_name, backend_config()
+        dist.PrefixStore("stragg/", store), rank, size, timeout, group_name, config
     )
     gloo = dist.ProcessGroupGloo(dist.PrefixStore("gloo/", store), rank, size, timeout)
     backend._attach_inner("cpu", gloo)
@@ -47,6 +50,17 @@ def _create_backend(dist_opts: Any, backend_opts: Any = None) -> Any:
         backend.transport,
     )
     return backend
+
+
+def _store_host(store: Any) -> str:
+    """Host of the TCPStore behind `store` (through PrefixStores), else $MASTER_ADDR, else ""."""
+    seen = 0
+    while isinstance(store, dist.PrefixStore) and seen < 16:
+        store = store.underlying_store
+        seen += 1
+    if isinstance(store, dist.TCPStore):
+        return str(store.host)
+    return os.environ.get("MASTER_ADDR", "").strip()
 
 
 def register() -> None:
