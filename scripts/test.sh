@@ -12,4 +12,4 @@ cmake --build build/ctest -j "$(nproc)"
 ctest --test-dir build/ctest --output-on-failure -j 2
 
 echo "== Python tests =="
-.venv/bin/python -m pytest tests "$@"
+STRAGG_TEST_REQUIRE=1 .venv/bin/python -m pytest tests "$@"

@@ -177,9 +177,7 @@ c10::intrusive_ptr<c10d::Work> StraggBackend::allreduce(std::vector<at::Tensor>&
               ": all_reduce takes exactly one tensor per process, got ", tensors.size());
   const at::Tensor& t = tensors[0];
   if (t.is_sparse()) return inner_for(tensors, "sparse all_reduce").allreduce(tensors, opts);
-  if (!t.device().is_cpu() || path_ == AllreducePath::Delegate) {
-    return inner_for(tensors, "all_reduce").allreduce(tensors, opts);
-  }
+  if (!t.device().is_cpu()) return inner_for(tensors, "all_reduce").allreduce(tensors, opts);
   at::Tensor view = t;
   if (t.is_complex()) {
     TORCH_CHECK(opts.reduceOp.op_ == c10d::ReduceOp::SUM ||
@@ -215,7 +213,7 @@ c10::intrusive_ptr<c10d::Work> StraggBackend::allreduce_coalesced(
                 ": all_reduce_coalesced needs tensors of one dtype, got ", tensors[0].scalar_type(),
                 " and ", t.scalar_type());
   }
-  if (!all_cpu_dense || path_ == AllreducePath::Delegate) {
+  if (!all_cpu_dense) {
     return inner_for(tensors, "all_reduce_coalesced").allreduce_coalesced(tensors, opts);
   }
   auto dtype = to_runtime_dtype(tensors[0].scalar_type());
@@ -269,8 +267,10 @@ void StraggBackend::worker_loop() {
     running_task_.store(true);
     try {
       run_task(task);
-      allreduce_calls_.fetch_add(1);
-      allreduce_bytes_.fetch_add(static_cast<int64_t>(task.buffer.nbytes()));
+      if (path_ != AllreducePath::Delegate) {
+        allreduce_calls_.fetch_add(1);
+        allreduce_bytes_.fetch_add(static_cast<int64_t>(task.buffer.nbytes()));
+      }
     } catch (const c10::Error&) {
       error = std::current_exception();
     } catch (const std::exception& e) {
@@ -294,6 +294,14 @@ void StraggBackend::run_task(Task& task) {
     spec.op = task.op.op;
     spec.numel = numel;
     executor_->run(ring_allreduce_plan(getRank(), getSize(), numel), spec, data, task.timeout);
+  } else if (path_ == AllreducePath::Delegate) {
+    // Same pipeline as the executor path (contiguous buffer, premul/average done here, issue
+    // order kept by this thread); only the reduction itself runs on the inner Gloo backend.
+    std::vector<at::Tensor> buffers{task.buffer};
+    c10d::AllreduceOptions opts;
+    opts.reduceOp = to_c10d_reduce_op(task.op.op, task.dtype);
+    opts.timeout = task.timeout;
+    inner_for(c10::DeviceType::CPU, task.name).allreduce(buffers, opts)->wait();
   }
   if (task.op.average && numel > 0) divide_inplace(task.dtype, data, numel, getSize());
   if (!task.copy_back) return;

@@ -108,4 +108,25 @@ LoweredReduceOp lower_reduce_op(const c10d::ReduceOp& op, DType dtype, int rank)
   return out;
 }
 
+c10d::ReduceOp to_c10d_reduce_op(ReduceOp op, DType dtype) {
+  const bool is_bool = dtype == DType::Bool;
+  switch (op) {
+    case ReduceOp::Sum:
+      return is_bool ? c10d::ReduceOp::MAX : c10d::ReduceOp::SUM;
+    case ReduceOp::Prod:
+      return is_bool ? c10d::ReduceOp::MIN : c10d::ReduceOp::PRODUCT;
+    case ReduceOp::Min:
+      return c10d::ReduceOp::MIN;
+    case ReduceOp::Max:
+      return c10d::ReduceOp::MAX;
+    case ReduceOp::BAnd:
+      return c10d::ReduceOp::BAND;
+    case ReduceOp::BOr:
+      return c10d::ReduceOp::BOR;
+    case ReduceOp::BXor:
+      return c10d::ReduceOp::BXOR;
+  }
+  return c10d::ReduceOp::SUM;
+}
+
 }  // namespace stragg

@@ -28,4 +28,8 @@ LoweredReduceOp lower_reduce_op(const c10d::ReduceOp& op, DType dtype, int rank)
 
 std::string c10d_reduce_op_name(const c10d::ReduceOp& op);
 
+// The c10d op that computes runtime op `op` on `dtype` (for delegating to another backend);
+// for bool, Sum is MAX (logical OR) and Prod is MIN (logical AND), as in stragg's kernels.
+c10d::ReduceOp to_c10d_reduce_op(ReduceOp op, DType dtype);
+
 }  // namespace stragg
