@@ -29,8 +29,8 @@ namespace stragg {
 struct ShmOptions {
   size_t slot_bytes = 512 * 1024;  // payload bytes per slot (rounded up to 4 KiB)
   size_t num_slots = 4;            // slots per directed channel
-  int spin_us = 10;                // busy-poll before yielding
-  int yield_us = 200;              // sched_yield polling before sleeping on the futex
+  int spin_us = 5;                 // busy-poll before yielding
+  int yield_us = 50;               // sched_yield polling before sleeping on the futex
   std::chrono::milliseconds setup_timeout{std::chrono::minutes(5)};
 };
 

@@ -33,8 +33,8 @@ def backend_config() -> dict[str, Any]:
         "transport": transport,
         "shm_slot_bytes": _size_env("STRAGG_SHM_SLOT_BYTES", 512 * 1024),
         "shm_slots": _size_env("STRAGG_SHM_SLOTS", 4),
-        "spin_us": _size_env("STRAGG_SPIN_US", 10),
-        "yield_us": _size_env("STRAGG_YIELD_US", 200),
+        "spin_us": _size_env("STRAGG_SPIN_US", 5),
+        "yield_us": _size_env("STRAGG_YIELD_US", 50),
         # TCP transport: the address this rank advertises (empty: the local address that routes
         # to the store host), a fixed listening port (0: ephemeral), receive staging per peer.
         "tcp_host": os.environ.get("STRAGG_TCP_HOST", "").strip(),
