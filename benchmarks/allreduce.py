@@ -431,9 +431,61 @@ def main(argv: list[str] | None = None) -> int:
             return 1
         with open(result_path) as f:
             rows = json.load(f)
+    model = _ring_model(rows, cfg.ranks)
     if args.json:
         print(json.dumps(rows))
+    elif model:
+        _print_model(rows, model)
     return 0
+
+
+def _ring_model(rows: list[dict[str, Any]], n: int) -> dict[str, float] | None:
+    """Fits the alpha-beta cost model of stragg's Ring schedule to the stragg rows.
+
+    alpha (per-round latency) and beta (seconds per byte) minimise the relative error of
+    stragg.sim.simulate(ring) over all sizes; each stragg row gains "model_time_s".
+    """
+    try:
+        import numpy as np
+        import stragg.schedule
+        import stragg.sim
+    except ImportError:
+        return None
+    mine = [r for r in rows if r["backend"] == "stragg"]
+    if len(mine) < 2 or n < 2:
+        return None
+    ring = stragg.schedule.build("ring", n)
+    # The model is linear in (alpha, beta): time = alpha * A(S) + beta * B(S).
+    basis = [
+        (
+            stragg.sim.simulate(ring, r["bytes"], 1.0, 0.0).time,
+            stragg.sim.simulate(ring, r["bytes"], 0.0, 1.0).time,
+        )
+        for r in mine
+    ]
+    a = np.array([[x / r["time_s"], y / r["time_s"]] for (x, y), r in zip(basis, mine)])
+    (alpha, beta), *_ = np.linalg.lstsq(a, np.ones(len(mine)), rcond=None)
+    alpha, beta = max(float(alpha), 0.0), max(float(beta), 0.0)
+    for (x, y), r in zip(basis, mine):
+        r["model_time_s"] = alpha * x + beta * y
+    return {"alpha_s": alpha, "beta_s_per_byte": beta}
+
+
+def _print_model(rows: list[dict[str, Any]], model: dict[str, float]) -> None:
+    print(
+        f"# cost model (alpha-beta, stragg.sim on the Ring schedule) fitted to the stragg rows: "
+        f"alpha = {model['alpha_s'] * 1e6:.1f} us per round, "
+        f"1/beta = {1e-9 / model['beta_s_per_byte']:.2f} GB/s per link"
+        if model["beta_s_per_byte"] > 0
+        else "# cost model: degenerate fit"
+    )
+    print(f"# {'size':>11} {'stragg(us)':>11} {'model(us)':>10} {'meas/model':>10}")
+    for r in rows:
+        if r["backend"] == "stragg" and "model_time_s" in r and r["model_time_s"] > 0:
+            print(
+                f"  {r['bytes']:11d} {r['time_s'] * 1e6:11.1f} {r['model_time_s'] * 1e6:10.1f} "
+                f"{r['time_s'] / r['model_time_s']:10.2f}"
+            )
 
 
 if __name__ == "__main__":
