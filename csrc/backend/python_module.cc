@@ -20,6 +20,8 @@ stragg::BackendConfig config_from_dict(const py::dict& d) {
   if (d.contains("tcp_store_host")) c.tcp_store_host = d["tcp_store_host"].cast<std::string>();
   if (d.contains("tcp_port")) c.tcp.port = d["tcp_port"].cast<uint16_t>();
   if (d.contains("tcp_staging_bytes")) c.tcp.staging_bytes = d["tcp_staging_bytes"].cast<size_t>();
+  if (d.contains("algo")) c.planner.algo = d["algo"].cast<std::string>();
+  if (d.contains("straggler")) c.planner.straggler = d["straggler"].cast<int>();
   return c;
 }
 
@@ -45,5 +47,7 @@ PYBIND11_MODULE(_C, m) {
       .def("_attach_inner", &stragg::StraggBackend::attach_inner, py::arg("device"),
            py::arg("backend"))
       .def_property_readonly("transport", &stragg::StraggBackend::transport_name)
+      .def_property_readonly("algorithm", &stragg::StraggBackend::algorithm)
+      .def_property_readonly("straggler", &stragg::StraggBackend::straggler)
       .def("stats", &stragg::StraggBackend::stats);
 }

@@ -9,7 +9,6 @@
 #include "runtime/error.h"
 #include "runtime/host_identity.h"
 #include "runtime/reduce.h"
-#include "runtime/ring_plan.h"
 
 namespace stragg {
 namespace {
@@ -55,9 +54,11 @@ StraggBackend::StraggBackend(const c10::intrusive_ptr<c10d::Store>& store, int r
     if (tcp_address.empty()) tcp_address = "-";
     std::vector<std::string> hello;
     try {
+      const std::string algo = config.planner.algo + " straggler=" +
+                               std::to_string(config.planner.straggler);
       hello = exchange_all(rdv, "hello", rank, size,
-                           host_identity() + "\n" + mode + "\n" + tcp_address, timeout,
-                           "process group setup");
+                           host_identity() + "\n" + mode + "\n" + tcp_address + "\n" + algo,
+                           timeout, "process group setup");
     } catch (const Error& e) {
       C10_THROW_ERROR(DistBackendError, e.what());
     }
@@ -66,7 +67,10 @@ StraggBackend::StraggBackend(const c10::intrusive_ptr<c10d::Store>& store, int r
     std::string first_host;
     for (int r = 0; r < size; ++r) {
       auto f = split_lines(hello[r]);
-      TORCH_CHECK(f.size() == 3, "stragg: rank ", rank, ": bad setup record from rank ", r);
+      TORCH_CHECK(f.size() == 4, "stragg: rank ", rank, ": bad setup record from rank ", r);
+      const std::string mine = split_lines(hello[rank])[3];
+      TORCH_CHECK(f[3] == mine, "stragg: rank ", rank, ": STRAGG_ALGO/STRAGG_STRAGGLER mismatch: rank ",
+                  r, " uses '", f[3], "', rank ", rank, " uses '", mine, "'");
       if (r == 0) first_host = f[0];
       if (f[0] != first_host) same_host = false;
       if (f[2] == "-") all_have_tcp_address = false;
@@ -97,13 +101,18 @@ StraggBackend::StraggBackend(const c10::intrusive_ptr<c10d::Store>& store, int r
     }
     if (transport_) {
       path_ = AllreducePath::Executor;
+      try {
+        planner_ = std::make_unique<Planner>(size, config.planner);
+      } catch (const Error& e) {
+        C10_THROW_ERROR(ValueError, e.what());
+      }
       executor_ = std::make_unique<Executor>(*transport_);
     } else {
       path_ = AllreducePath::Delegate;
     }
   }
   LOG(INFO) << "stragg: rank " << rank << " of group '" << group_name_ << "' (size " << size
-            << "): all_reduce via " << transport_name();
+            << "): all_reduce via " << transport_name() << ", algorithm " << algorithm();
   worker_ = std::thread([this] { worker_loop(); });
 }
 
@@ -131,6 +140,13 @@ std::string StraggBackend::transport_name() const {
   }
   return "unknown";
 }
+
+std::string StraggBackend::algorithm() const {
+  if (path_ == AllreducePath::Delegate) return "gloo";
+  return planner_ ? planner_->algorithm() : "local";
+}
+
+int StraggBackend::straggler() const { return planner_ ? planner_->straggler() : -1; }
 
 std::map<std::string, int64_t> StraggBackend::stats() const {
   std::map<std::string, int64_t> s;
@@ -293,7 +309,8 @@ void StraggBackend::run_task(Task& task) {
     spec.dtype = task.dtype;
     spec.op = task.op.op;
     spec.numel = numel;
-    executor_->run(ring_allreduce_plan(getRank(), getSize(), numel), spec, data, task.timeout);
+    executor_->run(planner_->plan(getRank(), numel, dtype_size(task.dtype)), spec, data,
+                   task.timeout);
   } else if (path_ == AllreducePath::Delegate) {
     // Same pipeline as the executor path (contiguous buffer, premul/average done here, issue
     // order kept by this thread); only the reduction itself runs on the inner Gloo backend.

@@ -17,6 +17,7 @@
 
 #include "backend/stragg_work.h"
 #include "backend/type_mapping.h"
+#include "plan/planner.h"
 #include "runtime/executor.h"
 #include "runtime/shm_transport.h"
 #include "runtime/tcp_transport.h"
@@ -28,6 +29,7 @@ struct BackendConfig {
   ShmOptions shm;
   TcpOptions tcp;          // tcp.advertise_host empty: the address that routes to tcp_store_host
   std::string tcp_store_host;  // host of the rendezvous store (TCPStore / MASTER_ADDR), or empty
+  PlannerConfig planner;       // STRAGG_ALGO / STRAGG_STRAGGLER
 };
 
 // How all_reduce on CPU tensors is carried out: in-process (world size 1), on stragg's executor
@@ -47,6 +49,9 @@ class StraggBackend final : public c10d::Backend {
 
   // "local" (world size 1), "shm", or "gloo" (all_reduce delegated).
   std::string transport_name() const;
+  // The all_reduce algorithm this group runs ("ring", "stragglar", ...) and its straggler (-1).
+  std::string algorithm() const;
+  int straggler() const;
   std::map<std::string, int64_t> stats() const;
 
   const std::string getBackendName() const override { return "stragg"; }
@@ -135,6 +140,7 @@ class StraggBackend final : public c10d::Backend {
   AllreducePath path_ = AllreducePath::Local;
   std::unique_ptr<Transport> transport_;
   std::unique_ptr<Executor> executor_;
+  std::unique_ptr<Planner> planner_;
   c10::intrusive_ptr<c10d::Backend> cpu_inner_;
   c10::intrusive_ptr<c10d::Backend> cuda_inner_;
 

@@ -26,7 +26,21 @@ class StepSink final : public RecvSink {
  public:
   StepSink(int rank, const CollectiveSpec& spec, Algo algo, uint32_t step, const PlanOp& op,
            uint8_t* buf)
-      : rank_(rank), spec_(spec), algo_(algo), step_(step), op_(op), buf_(buf) {}
+      : rank_(rank), spec_(spec), algo_(algo), step_(step), op_(op), buf_(buf) {
+    if (op_.staged) staging_.resize(op_.count * dtype_size(spec_.dtype));
+  }
+
+  // Staged receives: apply the message now that the step's sends are done.
+  void apply_staged() {
+    if (!op_.staged || staging_.empty()) return;
+    const size_t elem = dtype_size(spec_.dtype);
+    uint8_t* dst = buf_ + op_.offset * elem;
+    if (op_.reduce) {
+      reduce_into(spec_.dtype, spec_.op, dst, staging_.data(), op_.count);
+    } else {
+      std::memcpy(dst, staging_.data(), staging_.size());
+    }
+  }
 
   void on_header(const MessageHeader& h) override {
     const size_t elem = dtype_size(spec_.dtype);
@@ -72,6 +86,10 @@ class StepSink final : public RecvSink {
   }
 
   void on_data(size_t offset, const void* data, size_t len) override {
+    if (op_.staged) {
+      std::memcpy(staging_.data() + offset, data, len);
+      return;
+    }
     const size_t elem = dtype_size(spec_.dtype);
     uint8_t* dst = buf_ + op_.offset * elem + offset;
     if (op_.reduce) {
@@ -88,6 +106,7 @@ class StepSink final : public RecvSink {
   uint32_t step_;
   PlanOp op_;
   uint8_t* buf_;
+  std::vector<uint8_t> staging_;
 };
 
 // True if an op before ops[i] in the list goes to the same peer and is not finished yet.
@@ -118,7 +137,7 @@ void Executor::run(const RankPlan& plan, const CollectiveSpec& spec, void* buf,
   try {
     for (size_t step_index = 0; step_index < plan.steps.size(); ++step_index) {
       const PlanStep& step = plan.steps[step_index];
-      const uint32_t step_id = static_cast<uint32_t>(step_index);
+      const uint32_t step_id = step.id;
       std::vector<SendOp> sends(step.sends.size());
       std::vector<RecvOp> recvs(step.recvs.size());
       std::vector<std::unique_ptr<StepSink>> sinks;
@@ -161,7 +180,10 @@ void Executor::run(const RankPlan& plan, const CollectiveSpec& spec, void* buf,
           all_done = false;
           if (!earlier_op_pending(recvs, i)) moved |= transport_.progress(recvs[i]);
         }
-        if (all_done) break;
+        if (all_done) {
+          for (auto& sink : sinks) sink->apply_staged();
+          break;
+        }
         if (moved) continue;
 
         if (auto reason = transport_.abort_reason()) {

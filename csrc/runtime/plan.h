@@ -12,7 +12,8 @@
 
 namespace stragg {
 
-enum class Algo : uint8_t { Ring = 1 };
+// Carried in message headers so ranks running different algorithms notice it.
+enum class Algo : uint8_t { Ring = 1, Schedule = 2 };
 
 const char* algo_name(Algo algo);
 
@@ -21,9 +22,15 @@ struct PlanOp {
   size_t offset = 0;    // first element
   size_t count = 0;     // elements
   bool reduce = false;  // receives only: reduce into the buffer (true) or overwrite it (false)
+  // Receives only: land in a staging buffer and apply at the end of the step, because this
+  // step also sends (or receives) an overlapping range: sends read the data as it was at the
+  // start of the step (the schedule IR's semantics).
+  bool staged = false;
 };
 
 struct PlanStep {
+  uint32_t id = 0;           // same on every rank; checked in message headers
+  bool pre_arrival = false;  // does not involve the straggler (StragglAR's early reduce-scatter)
   std::vector<PlanOp> sends;
   std::vector<PlanOp> recvs;
 };

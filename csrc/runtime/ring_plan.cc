@@ -6,6 +6,8 @@ const char* algo_name(Algo algo) {
   switch (algo) {
     case Algo::Ring:
       return "ring";
+    case Algo::Schedule:
+      return "schedule";
   }
   return "unknown";
 }
@@ -35,6 +37,7 @@ RankPlan ring_allreduce_plan(int rank, int size, size_t numel) {
   // Reduce-scatter: in step s, send chunk (rank - s) and reduce chunk (rank - s - 1).
   for (int s = 0; s < size - 1; ++s) {
     PlanStep step;
+    step.id = static_cast<uint32_t>(plan.steps.size());
     step.sends.push_back(op(next, mod(rank - s), false));
     step.recvs.push_back(op(prev, mod(rank - s - 1), true));
     plan.steps.push_back(std::move(step));
@@ -42,6 +45,7 @@ RankPlan ring_allreduce_plan(int rank, int size, size_t numel) {
   // Allgather: in step s, forward chunk (rank + 1 - s), receive chunk (rank - s).
   for (int s = 0; s < size - 1; ++s) {
     PlanStep step;
+    step.id = static_cast<uint32_t>(plan.steps.size());
     step.sends.push_back(op(next, mod(rank + 1 - s), false));
     step.recvs.push_back(op(prev, mod(rank - s), false));
     plan.steps.push_back(std::move(step));

@@ -7,6 +7,7 @@ import re
 from typing import Any
 
 TRANSPORTS = ("auto", "shm", "tcp", "gloo")
+ALGORITHMS = ("auto", "ring", "rhd", "direct", "bcast", "stragglar", "optcc")
 _SIZE = re.compile(r"^\s*(\d+)\s*(|k|kib|m|mib)\s*$", re.IGNORECASE)
 _UNITS = {"": 1, "k": 1024, "kib": 1024, "m": 1 << 20, "mib": 1 << 20}
 
@@ -29,8 +30,22 @@ def backend_config() -> dict[str, Any]:
         raise ValueError(
             f"stragg: STRAGG_TRANSPORT={transport!r} is not one of {', '.join(TRANSPORTS)}"
         )
+    algo = os.environ.get("STRAGG_ALGO", "auto").strip().lower() or "auto"
+    if algo not in ALGORITHMS:
+        raise ValueError(f"stragg: STRAGG_ALGO={algo!r} is not one of {', '.join(ALGORITHMS)}")
+    straggler_raw = os.environ.get("STRAGG_STRAGGLER", "none").strip().lower() or "none"
+    if straggler_raw == "none":
+        straggler = -1
+    elif straggler_raw.isdigit():
+        straggler = int(straggler_raw)
+    else:
+        raise ValueError(
+            f"stragg: STRAGG_STRAGGLER={straggler_raw!r} must be a rank of the group or 'none'"
+        )
     return {
         "transport": transport,
+        "algo": algo,
+        "straggler": straggler,
         "shm_slot_bytes": _size_env("STRAGG_SHM_SLOT_BYTES", 512 * 1024),
         "shm_slots": _size_env("STRAGG_SHM_SLOTS", 4),
         "spin_us": _size_env("STRAGG_SPIN_US", 5),

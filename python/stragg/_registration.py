@@ -98,4 +98,6 @@ def backend_stats(group: dist.ProcessGroup | None = None) -> dict[str, Any]:
     backend = _stragg_backend(group)
     stats: dict[str, Any] = dict(backend.stats())
     stats["transport"] = backend.transport
+    stats["algorithm"] = backend.algorithm
+    stats["straggler"] = backend.straggler
     return stats

@@ -1,0 +1,129 @@
+#include "plan/lower.h"
+
+#include <algorithm>
+#include <map>
+
+#include "runtime/error.h"
+
+namespace stragg {
+namespace {
+
+bool overlaps(int a, int a_count, int b, int b_count) { return a < b + b_count && b < a + a_count; }
+
+// Chunk runs a rank touches in one round.
+struct RoundOps {
+  std::vector<const core::RankOp*> ops;
+};
+
+std::map<int, RoundOps> rounds_of(const std::vector<core::RankOp>& program) {
+  std::map<int, RoundOps> rounds;
+  for (const auto& op : program) rounds[op.round].ops.push_back(&op);
+  return rounds;
+}
+
+// Does the receive `r` of a round overlap a send or another receive of the same round?
+bool recv_conflicts(const core::RankOp& r, const RoundOps& round) {
+  for (const core::RankOp* o : round.ops) {
+    if (o->has_send && overlaps(r.recv_chunk, r.recv_count, o->send_chunk, o->send_count)) {
+      return true;
+    }
+    if (o != &r && o->has_recv &&
+        overlaps(r.recv_chunk, r.recv_count, o->recv_chunk, o->recv_count)) {
+      return true;
+    }
+  }
+  return false;
+}
+
+}  // namespace
+
+bool schedule_needs_staging(const core::Schedule& s) {
+  for (int rank = 0; rank < s.n; ++rank) {
+    const auto program = s.rank_program(rank);
+    for (const auto& [round, ops] : rounds_of(program)) {
+      for (const core::RankOp* op : ops.ops) {
+        if (op->has_recv && recv_conflicts(*op, ops)) return true;
+      }
+    }
+  }
+  return false;
+}
+
+RankPlan lower_schedule(const core::Schedule& s, int rank, size_t numel, size_t elem_size,
+                        size_t max_staging_bytes) {
+  if (rank < 0 || rank >= s.n) {
+    throw Error("stragg: lower_schedule: rank " + std::to_string(rank) + " outside a schedule of " +
+                std::to_string(s.n) + " ranks");
+  }
+  RankPlan plan;
+  plan.algo = Algo::Schedule;
+  const auto program = s.rank_program(rank);
+  const auto rounds = rounds_of(program);
+  int num_rounds = 0;
+  for (const auto& st : s.steps) num_rounds = std::max(num_rounds, st.round + 1);
+  // A round is pre-arrival when all its steps are, decided from the whole schedule so that every
+  // rank orders its messages the same way.
+  std::vector<bool> round_pre(num_rounds, true);
+  for (const auto& st : s.steps) round_pre[st.round] = round_pre[st.round] && st.pre_arrival;
+
+  size_t segments = 1;
+  if (schedule_needs_staging(s) && numel > 0) {
+    // Largest chunk is about numel * max_weight / total_weight elements.
+    const double max_share =
+        *std::max_element(s.chunk_weights.begin(), s.chunk_weights.end()) / s.total_weight();
+    const double largest_chunk_bytes = static_cast<double>(numel) * elem_size * max_share;
+    segments = std::max<size_t>(
+        1, static_cast<size_t>(largest_chunk_bytes / static_cast<double>(max_staging_bytes)) + 1);
+    segments = std::min(segments, numel);
+  }
+  std::vector<size_t> seg_offset(segments), seg_len(segments);
+  for (size_t g = 0; g < segments; ++g) {
+    seg_offset[g] = numel / segments * g + std::min(g, numel % segments);
+    seg_len[g] = numel / segments + (g < numel % segments ? 1 : 0);
+  }
+  std::vector<std::vector<core::ElementRange>> ranges(segments);
+  for (size_t g = 0; g < segments; ++g) {
+    ranges[g] = s.chunk_ranges(static_cast<int64_t>(seg_len[g]));
+  }
+
+  auto run_range = [&](size_t g, int chunk, int count, size_t* offset, size_t* len) {
+    const auto& r = ranges[g];
+    *offset = seg_offset[g] + static_cast<size_t>(r[chunk].offset);
+    const auto& last = r[chunk + count - 1];
+    *len = static_cast<size_t>(last.offset + last.length - r[chunk].offset);
+  };
+
+  // Pre-arrival rounds of every segment first, then the others.
+  for (int pass = 0; pass < 2; ++pass) {
+    const bool want_pre = pass == 0;
+    for (size_t g = 0; g < segments; ++g) {
+      for (const auto& [round, ops] : rounds) {
+        const bool pre = round_pre[round];
+        if (pre != want_pre) continue;
+        PlanStep step;
+        step.id = static_cast<uint32_t>(g * static_cast<size_t>(num_rounds) + round);
+        step.pre_arrival = pre;
+        for (const core::RankOp* o : ops.ops) {
+          if (o->has_send) {
+            PlanOp op;
+            op.peer = o->send_peer;
+            run_range(g, o->send_chunk, o->send_count, &op.offset, &op.count);
+            step.sends.push_back(op);
+          }
+          if (o->has_recv) {
+            PlanOp op;
+            op.peer = o->recv_peer;
+            run_range(g, o->recv_chunk, o->recv_count, &op.offset, &op.count);
+            op.reduce = o->recv_op == core::RecvOp::kReduce;
+            op.staged = recv_conflicts(*o, ops);
+            step.recvs.push_back(op);
+          }
+        }
+        plan.steps.push_back(std::move(step));
+      }
+    }
+  }
+  return plan;
+}
+
+}  // namespace stragg

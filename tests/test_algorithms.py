@@ -1,0 +1,81 @@
+"""all_reduce with every schedule from the library (STRAGG_ALGO) and a configured straggler.
+
+Each algorithm runs through dist.all_reduce: results must be exact (integer-valued data, so any
+summation order is exact), bitwise identical on every rank, and run on stragg's executor.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Any
+
+import _harness as h
+import pytest
+import torch
+import torch.distributed as dist
+
+pytestmark = [pytest.mark.needs_backend, pytest.mark.stragg_only]
+
+SIZES = (1, 7, 1023, (3 << 20) // 4 + 5)  # the last needs segmentation for staged schedules
+
+
+def _check_all_sizes(rank: int, ws: int, sleep_rank: int) -> dict[str, Any]:
+    digests = []
+    for numel in SIZES:
+        base = torch.arange(numel, dtype=torch.float32) % 13
+        t = base + rank
+        if rank == sleep_rank:
+            time.sleep(0.2)  # arrive last, as a straggler would
+        dist.all_reduce(t)
+        expected = base * ws + ws * (ws - 1) / 2
+        assert torch.equal(t, expected), f"rank {rank}: wrong result for numel={numel}"
+        digests.append(h.digest(t))
+        t64 = torch.arange(numel, dtype=torch.float64) * (rank + 1)
+        dist.all_reduce(t64, op=dist.ReduceOp.MAX)
+        assert torch.equal(t64, torch.arange(numel, dtype=torch.float64) * ws)
+        digests.append(h.digest(t64))
+    stats = h.backend_stats()
+    return {"digests": digests, "algorithm": stats["algorithm"], "calls": stats["allreduce_calls"]}
+
+
+@pytest.mark.parametrize("algo", ["ring", "rhd", "direct", "bcast", "stragglar", "optcc"])
+@pytest.mark.parametrize("ws", [3, 4])
+def test_every_algorithm_is_exact_and_identical(algo: str, ws: int) -> None:
+    res = h.run_ranks(ws, _check_all_sizes, 1, env={"STRAGG_ALGO": algo, "STRAGG_STRAGGLER": "1"})
+    assert all(r.ok for r in res), res.describe()
+    values = res.values()
+    assert all(v["algorithm"] == algo for v in values), values
+    assert all(v["calls"] == 2 * len(SIZES) for v in values), values
+    assert all(v["digests"] == values[0]["digests"] for v in values), "ranks differ bitwise"
+
+
+def test_auto_uses_stragglar_with_a_configured_straggler() -> None:
+    res = h.run_ranks(5, _check_all_sizes, 4, env={"STRAGG_STRAGGLER": "4"})
+    assert all(r.ok for r in res), res.describe()
+    assert {v["algorithm"] for v in res.values()} == {"stragglar"}
+    assert all(v["digests"] == res.values()[0]["digests"] for v in res.values())
+
+
+def _init_with_algo(rank: int, ws: int) -> None:
+    os.environ["STRAGG_ALGO"] = "ring" if rank == 0 else "stragglar"
+    h.init_process_group(rank, ws)
+
+
+def test_ranks_disagreeing_on_the_algorithm_fail_at_init() -> None:
+    res = h.run_ranks(2, _init_with_algo, init=False, destroy=False, pg_timeout_s=20)
+    for r in res:
+        assert r.raised, res.describe()
+        assert "STRAGG_ALGO" in r.describe() and "mismatch" in r.describe(), res.describe()
+
+
+def _init_only(rank: int, ws: int) -> None:
+    h.init_process_group(rank, ws)
+
+
+def test_unknown_algorithm_is_rejected() -> None:
+    res = h.run_ranks(
+        2, _init_only, init=False, destroy=False, env={"STRAGG_ALGO": "fastest"}, pg_timeout_s=20
+    )
+    for r in res:
+        assert r.raised and "STRAGG_ALGO" in r.describe(), res.describe()
