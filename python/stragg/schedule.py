@@ -8,10 +8,14 @@
 
 CLI::
 
+    python -m stragg.schedule ALGO -n N [--straggler R] [--slowdown R=L ...] [--segments K] [--json]
     python -m stragg.schedule list
     python -m stragg.schedule show stragglar --n 8 [--param straggler=3] [--json]
     python -m stragg.schedule verify ring rhd direct stragglar bcast optcc --n 2..64
     python -m stragg.schedule rounds stragglar --n 2..64 [--json]
+
+The first form builds one schedule, verifies it and prints its round table, or with ``--json``
+one object with (at least) "algo", "n", "rounds", "verified" and "generation_seconds".
 """
 
 from __future__ import annotations
@@ -143,8 +147,27 @@ def build(algo: str, n: int, **params: Any) -> Schedule:
     return Schedule(_core.build(algo, int(n), json.dumps(params)))
 
 
-def from_json(text: str) -> Schedule:
+def from_json(text: str | dict[str, Any]) -> Schedule:
+    """Parse a "stragg.schedule/1" document (a string or an already decoded dict).
+
+    Only the structure is checked here (ranks, chunks, one-port, rounds); call ``verify()`` for the
+    data-flow check, which is what rejects a schedule with a transfer removed or duplicated.
+    """
+    if not isinstance(text, str):
+        text = json.dumps(text)
     return Schedule(_core.from_json(text))
+
+
+def with_rank_slowdown(s: Schedule, slowdown: dict[int, float]) -> Schedule:
+    """Copy of ``s`` whose ``rank_slowdown[r]`` is ``slowdown[r]`` (a degraded link, for stragg.sim)."""
+    if not slowdown:
+        return s
+    doc = json.loads(s.to_json())
+    for r, factor in slowdown.items():
+        if not 0 <= r < s.n:
+            raise ScheduleError(f"slowdown rank {r} out of range for n={s.n}")
+        doc["rank_slowdown"][r] = float(factor)
+    return from_json(doc)
 
 
 def algorithms() -> list[str]:
@@ -258,7 +281,138 @@ def _cmd_list(args: argparse.Namespace) -> int:
     return 0
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+_SUBCOMMANDS = ("list", "show", "verify", "rounds")
+
+
+def parse_slowdown(text: str) -> tuple[int, float]:
+    """ "R=L": rank R's link is L times slower (L >= 1)."""
+    rank, sep, factor = text.partition("=")
+    try:
+        if not sep:
+            raise ValueError
+        return int(rank), float(factor)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"--slowdown expects RANK=FACTOR (e.g. 3=1.5), got {text!r}"
+        ) from None
+
+
+def cli_build(
+    algo: str,
+    n: int,
+    *,
+    straggler: int | None = None,
+    slowdown: Sequence[tuple[int, float]] = (),
+    segments: int | None = None,
+    params: dict[str, Any] | None = None,
+) -> Schedule:
+    """What the CLIs build for ``ALGO -n N [--straggler R] [--slowdown R=L ...] [--segments K]``.
+
+    OptCC takes the ``--slowdown`` ranks as its stragglers (``--straggler``, if given, must be one
+    of them and becomes the first); for every other algorithm the factors only set the schedule's
+    ``rank_slowdown`` (the simulator's link model). ``--segments`` is passed to the generator,
+    which rejects it unless it accepts ``segments`` (OptCC).
+    """
+    p: dict[str, Any] = dict(params or {})
+    slow = [(int(r), float(f)) for r, f in slowdown]
+    if algo == "optcc" and slow:
+        ranks = [r for r, _ in slow]
+        if straggler is not None:
+            if straggler not in ranks:
+                raise ScheduleError(
+                    f"optcc: --straggler {straggler} must be one of the --slowdown ranks {ranks}"
+                )
+            slow.sort(key=lambda rf: rf[0] != straggler)
+        if len(slow) == 1:
+            p["straggler"], p["slowdown"] = slow[0]
+        else:
+            p["stragglers"] = [r for r, _ in slow]
+            p["slowdowns"] = [f for _, f in slow]
+    elif straggler is not None:
+        p["straggler"] = straggler
+    if segments is not None:
+        p["segments"] = segments
+    s = build(algo, n, **p)
+    if algo != "optcc" and slow:
+        s = with_rank_slowdown(s, dict(slow))
+    return s
+
+
+def _build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="python -m stragg.schedule",
+        description="Build one schedule, verify it and print its round table (or --json).",
+        epilog="Other forms: 'list' (algorithms), 'show ALGO --n 2..64', "
+        "'verify ALGO... --n 2..64', 'rounds ALGO... --n 2..64' (each with --help).",
+    )
+    p.add_argument("algo", metavar="ALGO", help="generator name (see 'list')")
+    p.add_argument("-n", "--n", type=int, required=True, metavar="N", help="number of ranks")
+    p.add_argument("--straggler", type=int, metavar="R", help="straggler rank")
+    p.add_argument(
+        "--slowdown",
+        type=parse_slowdown,
+        action="append",
+        default=[],
+        metavar="R=L",
+        help="rank R's link is L times slower (repeatable; OptCC's stragglers)",
+    )
+    p.add_argument("--segments", type=int, metavar="K", help="pipelined segments (OptCC)")
+    p.add_argument(
+        "--param", action="append", default=[], metavar="KEY=VALUE", help="other parameter"
+    )
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.add_argument(
+        "--with-schedule", action="store_true", help="--json: include the schedule document"
+    )
+    p.add_argument("--max-steps", type=int, default=None, help="table: print at most this many")
+    return p
+
+
+def _main_build(argv: Sequence[str]) -> int:
+    args = _build_parser().parse_args(argv)
+    t0 = time.perf_counter()
+    s = cli_build(
+        args.algo,
+        args.n,
+        straggler=args.straggler,
+        slowdown=args.slowdown,
+        segments=args.segments,
+        params=parse_params(args.param),
+    )
+    gen = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    v = s.verify()
+    ver = time.perf_counter() - t0
+    if args.json:
+        doc: dict[str, Any] = {
+            "algo": s.algorithm,
+            "n": s.n,
+            "rounds": s.num_rounds,
+            "post_arrival_rounds": s.num_post_arrival_rounds,
+            "steps": s.num_steps,
+            "chunks": s.num_chunks,
+            "segments": s.segments,
+            "stragglers": s.stragglers,
+            "slowdown": {str(r): f for r, f in enumerate(s.rank_slowdown) if f != 1.0},
+            "params": s.params,
+            "verified": v.ok,
+            "verify_error": v.error,
+            "generation_seconds": gen,
+            "verify_seconds": ver,
+        }
+        if s.algorithm == "stragglar":
+            doc["lower_bound"] = stragglar_round_lower_bound(s.n)
+        if args.with_schedule:
+            doc["schedule"] = json.loads(s.to_json())
+        print(json.dumps(doc, indent=2))
+    else:
+        print(s.table(args.max_steps), end="")
+        status = "ok" if v.ok else f"FAILED: {v.error}"
+        print(f"verified: {status}; generation {gen * 1e3:.3f} ms")
+    return 0 if v.ok else 1
+
+
+def _main_subcommand(argv: Sequence[str]) -> int:
     p = argparse.ArgumentParser(
         prog="python -m stragg.schedule", description=__doc__.split("\n")[0]
     )
@@ -281,8 +435,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     sl.add_argument("--json", action="store_true")
     sl.set_defaults(fn=_cmd_list)
     args = p.parse_args(argv)
+    return int(args.fn(args))
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``ALGO -n N ...`` (the issue's form) or one of the subcommands list/show/verify/rounds."""
+    argv = list(sys.argv[1:] if argv is None else argv)
     try:
-        return int(args.fn(args))
+        if argv and argv[0] in _SUBCOMMANDS:
+            return _main_subcommand(argv)
+        return _main_build(argv)
     except ScheduleError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
