@@ -79,3 +79,48 @@ def test_unknown_algorithm_is_rejected() -> None:
     )
     for r in res:
         assert r.raised and "STRAGG_ALGO" in r.describe(), res.describe()
+
+
+def _dynamic(rank: int, ws: int, late_ranks: list[int]) -> dict[str, Any]:
+    digests = []
+    for it, late in enumerate(late_ranks):
+        for numel in (7, (3 << 20) // 4 + 5):
+            base = torch.arange(numel, dtype=torch.float32) % 13
+            t = base + rank
+            if rank == late:
+                time.sleep(0.15)
+            dist.all_reduce(t)
+            assert torch.equal(t, base * ws + ws * (ws - 1) / 2), f"rank {rank} iteration {it}"
+            digests.append(h.digest(t))
+        stats = h.backend_stats()
+        assert stats["last_straggler"] == late, (it, late, stats)
+    return {"digests": digests, "stats": h.backend_stats()}
+
+
+def test_dynamic_straggler_follows_whoever_is_late() -> None:
+    late_ranks = [2, 2, 0, 3]
+    res = h.run_ranks(
+        4,
+        _dynamic,
+        late_ranks,
+        env={"STRAGG_STRAGGLER": "dynamic", "STRAGG_DYNAMIC_WINDOW_US": "2000"},
+    )
+    assert all(r.ok for r in res), res.describe()
+    values = res.values()
+    assert all(v["digests"] == values[0]["digests"] for v in values), "ranks differ bitwise"
+    for v in values:
+        assert v["stats"]["algorithm"] == "stragglar"
+        assert v["stats"]["dynamic_straggler_calls"] == 2 * len(late_ranks)
+
+
+def test_dynamic_straggler_needs_stragglar() -> None:
+    res = h.run_ranks(
+        2,
+        _init_only,
+        init=False,
+        destroy=False,
+        env={"STRAGG_STRAGGLER": "dynamic", "STRAGG_ALGO": "ring"},
+        pg_timeout_s=20,
+    )
+    for r in res:
+        assert r.raised and "dynamic" in r.describe(), res.describe()

@@ -22,6 +22,9 @@ stragg::BackendConfig config_from_dict(const py::dict& d) {
   if (d.contains("tcp_staging_bytes")) c.tcp.staging_bytes = d["tcp_staging_bytes"].cast<size_t>();
   if (d.contains("algo")) c.planner.algo = d["algo"].cast<std::string>();
   if (d.contains("straggler")) c.planner.straggler = d["straggler"].cast<int>();
+  if (d.contains("dynamic_window_us")) {
+    c.dynamic_window = std::chrono::microseconds(d["dynamic_window_us"].cast<int64_t>());
+  }
   return c;
 }
 

@@ -106,6 +106,13 @@ StraggBackend::StraggBackend(const c10::intrusive_ptr<c10d::Store>& store, int r
       } catch (const Error& e) {
         C10_THROW_ERROR(ValueError, e.what());
       }
+      if (planner_->dynamic() && transport_->arrival_board() == nullptr) {
+        C10_THROW_ERROR(ValueError, "stragg: rank " + std::to_string(rank) +
+                                        ": STRAGG_STRAGGLER=dynamic needs the shm transport (all "
+                                        "ranks on one host); this group uses " +
+                                        transport_->name());
+      }
+      dynamic_window_ = config.dynamic_window;
       executor_ = std::make_unique<Executor>(*transport_);
     } else {
       path_ = AllreducePath::Delegate;
@@ -154,6 +161,9 @@ std::map<std::string, int64_t> StraggBackend::stats() const {
   s["allreduce_bytes"] = allreduce_bytes_.load();
   s["delegated_calls"] = delegated_calls_.load();
   s["failed_calls"] = failed_calls_.load();
+  s["dynamic_straggler_calls"] = dynamic_straggler_calls_.load();
+  s["dynamic_plain_calls"] = dynamic_plain_calls_.load();
+  s["last_straggler"] = last_straggler_.load();
   s["rank"] = getRank();
   s["size"] = getSize();
   if (auto* shm = dynamic_cast<ShmTransport*>(transport_.get())) {
@@ -309,7 +319,13 @@ void StraggBackend::run_task(Task& task) {
     spec.dtype = task.dtype;
     spec.op = task.op.op;
     spec.numel = numel;
-    executor_->run(planner_->plan(getRank(), numel, dtype_size(task.dtype)), spec, data,
+    int agreed = kNoStraggler;
+    if (planner_->dynamic()) {
+      agreed = executor_->agree_on_straggler(spec, dynamic_window_, task.timeout);
+      (agreed >= 0 ? dynamic_straggler_calls_ : dynamic_plain_calls_).fetch_add(1);
+      last_straggler_.store(agreed);
+    }
+    executor_->run(planner_->plan(getRank(), numel, dtype_size(task.dtype), agreed), spec, data,
                    task.timeout);
   } else if (path_ == AllreducePath::Delegate) {
     // Same pipeline as the executor path (contiguous buffer, premul/average done here, issue

@@ -30,6 +30,9 @@ struct BackendConfig {
   TcpOptions tcp;          // tcp.advertise_host empty: the address that routes to tcp_store_host
   std::string tcp_store_host;  // host of the rendezvous store (TCPStore / MASTER_ADDR), or empty
   PlannerConfig planner;       // STRAGG_ALGO / STRAGG_STRAGGLER
+  // Dynamic straggler: how long the first n-1 arrivals wait for the last one before running
+  // StragglAR without it (STRAGG_DYNAMIC_WINDOW_US).
+  std::chrono::microseconds dynamic_window{1000};
 };
 
 // How all_reduce on CPU tensors is carried out: in-process (world size 1), on stragg's executor
@@ -156,6 +159,10 @@ class StraggBackend final : public c10d::Backend {
   std::atomic<int64_t> allreduce_bytes_{0};
   std::atomic<int64_t> delegated_calls_{0};
   std::atomic<int64_t> failed_calls_{0};
+  std::chrono::microseconds dynamic_window_{1000};
+  std::atomic<int64_t> dynamic_straggler_calls_{0};  // agreed on a straggler: StragglAR ran
+  std::atomic<int64_t> dynamic_plain_calls_{0};      // everybody in time: plain Ring ran
+  std::atomic<int64_t> last_straggler_{-1};
 };
 
 }  // namespace stragg

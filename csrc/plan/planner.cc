@@ -24,7 +24,15 @@ Planner::Planner(int n, PlannerConfig config) : n_(n), config_(std::move(config)
     for (const auto& a : names) all += (all.empty() ? "" : ", ") + a;
     throw Error("stragg: unknown STRAGG_ALGO '" + config_.algo + "' (expected one of " + all + ")");
   }
-  if (config_.straggler >= n_) {
+  if (config_.straggler == kDynamicStraggler) {
+    if (config_.algo != "auto" && config_.algo != "stragglar") {
+      throw Error("stragg: STRAGG_STRAGGLER=dynamic works with STRAGG_ALGO=auto or stragglar, not '" +
+                  config_.algo + "'");
+    }
+    algorithm_ = n_ > 2 ? "stragglar" : "ring";
+    return;
+  }
+  if (config_.straggler >= n_ || config_.straggler < kNoStraggler) {
     throw Error("stragg: STRAGG_STRAGGLER=" + std::to_string(config_.straggler) +
                 " is not a rank of this group of " + std::to_string(n_));
   }
@@ -35,26 +43,40 @@ Planner::Planner(int n, PlannerConfig config) : n_(n), config_(std::move(config)
 
   const bool needs_straggler =
       algorithm_ == "stragglar" || algorithm_ == "bcast" || algorithm_ == "optcc";
+  if (needs_straggler && config_.straggler < 0) config_.straggler = n_ - 1;
+  schedule_ = build(needs_straggler ? config_.straggler : kNoStraggler);
+}
+
+std::shared_ptr<const core::Schedule> Planner::build(int straggler) const {
   std::ostringstream params;
   params << "{";
-  if (needs_straggler) {
-    const int st = config_.straggler >= 0 ? config_.straggler : n_ - 1;
-    config_.straggler = st;
-    params << "\"straggler\": " << st;
+  if (straggler >= 0) {
+    params << "\"straggler\": " << straggler;
     if (algorithm_ == "optcc") params << ", \"slowdown\": " << config_.slowdown;
   }
   params << "}";
   try {
     auto s = std::make_shared<core::Schedule>(core::build(algorithm_, n_, params.str()));
     core::verify_or_throw(*s);
-    schedule_ = std::move(s);
+    return s;
   } catch (const std::exception& e) {
     throw Error("stragg: cannot build the '" + algorithm_ + "' schedule for " + std::to_string(n_) +
                 " ranks: " + e.what());
   }
 }
 
-RankPlan Planner::plan(int rank, size_t numel, size_t elem_size) const {
+RankPlan Planner::plan(int rank, size_t numel, size_t elem_size, int agreed_straggler) const {
+  if (dynamic()) {
+    if (agreed_straggler < 0 || n_ <= 2) return ring_allreduce_plan(rank, n_, numel);
+    std::shared_ptr<const core::Schedule> s;
+    {
+      std::lock_guard<std::mutex> lock(dynamic_mu_);
+      auto& slot = dynamic_schedules_[agreed_straggler];
+      if (!slot) slot = build(agreed_straggler);
+      s = slot;
+    }
+    return lower_schedule(*s, rank, numel, elem_size, config_.max_staging_bytes);
+  }
   if (!schedule_) return ring_allreduce_plan(rank, n_, numel);
   return lower_schedule(*schedule_, rank, numel, elem_size, config_.max_staging_bytes);
 }

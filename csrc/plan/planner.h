@@ -17,9 +17,13 @@ namespace stragg {
 // issue.
 const std::vector<std::string>& planner_algorithms();
 
+// PlannerConfig::straggler values besides a rank.
+constexpr int kNoStraggler = -1;
+constexpr int kDynamicStraggler = -2;  // the last rank to arrive, agreed per call
+
 struct PlannerConfig {
   std::string algo = "auto";  // one of planner_algorithms()
-  int straggler = -1;         // configured straggler rank, -1 = none
+  int straggler = kNoStraggler;  // configured straggler rank, or kNoStraggler / kDynamicStraggler
   double slowdown = 2.0;      // OptCC: link slowdown factor of the straggler
   size_t max_staging_bytes = 1 << 20;
 };
@@ -33,14 +37,21 @@ class Planner {
   // Name of the algorithm actually run (e.g. "ring", "stragglar").
   const std::string& algorithm() const { return algorithm_; }
   int straggler() const { return config_.straggler; }
-  // The steps `rank` runs for `numel` elements of `elem_size` bytes.
-  RankPlan plan(int rank, size_t numel, size_t elem_size) const;
+  bool dynamic() const { return config_.straggler == kDynamicStraggler; }
+  // The steps `rank` runs for `numel` elements of `elem_size` bytes. In dynamic mode,
+  // `agreed_straggler` is the rank all ranks agreed is late (kNoStraggler: plain Ring).
+  RankPlan plan(int rank, size_t numel, size_t elem_size,
+                int agreed_straggler = kNoStraggler) const;
 
  private:
+  std::shared_ptr<const core::Schedule> build(int straggler) const;
+
   int n_;
   PlannerConfig config_;
   std::string algorithm_;
   std::shared_ptr<const core::Schedule> schedule_;  // null: built-in pipelined Ring
+  mutable std::mutex dynamic_mu_;
+  mutable std::map<int, std::shared_ptr<const core::Schedule>> dynamic_schedules_;
 };
 
 }  // namespace stragg

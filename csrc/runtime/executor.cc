@@ -253,4 +253,70 @@ void Executor::run(const RankPlan& plan, const CollectiveSpec& spec, void* buf,
   stats_.busy_s += std::chrono::duration<double>(Clock::now() - start).count();
 }
 
+int Executor::agree_on_straggler(const CollectiveSpec& spec, std::chrono::microseconds window,
+                                 std::chrono::milliseconds timeout) {
+  const int rank = transport_.rank();
+  const int n = transport_.size();
+  ArrivalBoard* board = transport_.arrival_board();
+  if (board == nullptr) {
+    throw Error(prefix(rank, spec) + ": dynamic straggler detection needs a transport with an " +
+                "arrival board (shm); the " + transport_.name() + " transport has none");
+  }
+  if (auto reason = transport_.abort_reason()) {
+    throw Error(prefix(rank, spec) + ": the process group was aborted earlier and cannot be "
+                "used any more: " + *reason);
+  }
+  transport_.announce_arrival(spec.seq);
+  try {
+    if (board->arrive(spec.seq) == n - 1) return board->decide(spec.seq, -1);  // last: no wait
+    const auto start = Clock::now();
+    const auto deadline = start + timeout;
+    auto window_end = Clock::time_point::max();
+    auto last_health_check = start;
+    while (true) {
+      const uint64_t token = transport_.activity_token();
+      if (auto d = board->decision(spec.seq)) return *d;
+      const auto now = Clock::now();
+      const int missing = board->missing_rank(spec.seq);
+      if (missing >= 0) {
+        if (window_end == Clock::time_point::max()) window_end = now + window;
+        // Waited long enough for the last rank (ski rental): go ahead without it.
+        if (now >= window_end) return board->decide(spec.seq, missing);
+      }
+      if (auto reason = transport_.abort_reason()) {
+        throw Error(prefix(rank, spec) + ": aborted: " + *reason);
+      }
+      if (now - last_health_check >= std::chrono::milliseconds(100)) {
+        last_health_check = now;
+        for (int q : transport_.dead_peers()) {
+          if (transport_.peer_arrival(q) < static_cast<int64_t>(spec.seq)) {
+            throw TimeoutError(prefix(rank, spec) + ": rank " + std::to_string(q) +
+                               " has died (process or connection gone)");
+          }
+        }
+      }
+      if (now >= deadline) {
+        std::ostringstream m;
+        m << prefix(rank, spec) << ": timed out after "
+          << std::chrono::duration_cast<std::chrono::milliseconds>(timeout).count() / 1000.0
+          << " s waiting for arrivals";
+        for (int q = 0; q < n; ++q) {
+          if (q != rank && transport_.peer_arrival(q) < static_cast<int64_t>(spec.seq)) {
+            m << "; rank " << q << " has not called " << spec.op_name << " #" << spec.seq;
+          }
+        }
+        throw TimeoutError(m.str());
+      }
+      auto until = std::min(deadline, now + std::chrono::milliseconds(100));
+      if (window_end < until) until = window_end;
+      transport_.wait_for_activity(
+          token, std::chrono::duration_cast<std::chrono::microseconds>(until - now) +
+                     std::chrono::microseconds(1));
+    }
+  } catch (const Error& e) {
+    transport_.signal_abort(e.what());
+    throw;
+  }
+}
+
 }  // namespace stragg

@@ -38,6 +38,14 @@ class Executor {
   void run(const RankPlan& plan, const CollectiveSpec& spec, void* buf,
            std::chrono::milliseconds timeout);
 
+  // Dynamic straggler (StragglAR without a configured straggler): agrees with the other ranks,
+  // through the transport's ArrivalBoard, on who is late for collective spec.seq. Returns -1
+  // when every rank arrived within `window` of the (n-1)-th arrival (run the plain algorithm),
+  // else the rank that arrived last. Throws like run() on timeout, peer death or abort, and
+  // stragg::Error if the transport has no arrival board.
+  int agree_on_straggler(const CollectiveSpec& spec, std::chrono::microseconds window,
+                         std::chrono::milliseconds timeout);
+
   const ExecutorStats& stats() const { return stats_; }
   Transport& transport() { return transport_; }
 

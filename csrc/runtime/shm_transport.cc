@@ -29,6 +29,9 @@ constexpr size_t kControlBytes = 2 * kPage;
 constexpr size_t kChannelHeaderBytes = kPage;
 constexpr size_t kSlotHeaderBytes = 128;
 constexpr size_t kAbortMessageBytes = 4000;
+// Collectives whose arrival records are kept at once (a rank is never more than one collective
+// ahead of the slowest, so a few suffice).
+constexpr uint64_t kBoardRounds = 8;
 
 size_t round_up(size_t v, size_t to) { return (v + to - 1) / to * to; }
 
@@ -90,6 +93,88 @@ struct ShmTransport::SlotHeader {
   uint64_t len;     // payload bytes in this piece
 };
 
+// Arrival board in rank 0's segment: a ticket counter, per collective the ranks in arrival order,
+// and a decision register. Every collective of the group takes exactly n tickets, and no rank can
+// take a ticket for collective k+1 before all n took theirs for k (finishing k needs everybody's
+// data), so ticket t belongs to collective t / n at position t % n. Records hold
+// ((seq + 1) << 16 | value) so a stale record from kBoardRounds collectives ago is never mistaken.
+class ShmTransport::SharedArrivalBoard final : public ArrivalBoard {
+ public:
+  struct Header {
+    alignas(64) std::atomic<uint64_t> tickets;
+    alignas(64) std::atomic<uint64_t> decisions[kBoardRounds];
+  };
+
+  static size_t bytes(int n) {
+    return round_up(sizeof(Header) + kBoardRounds * static_cast<size_t>(n) * sizeof(uint64_t),
+                    kPage);
+  }
+
+  SharedArrivalBoard(ShmTransport& t, uint8_t* base)
+      : t_(t),
+        header_(reinterpret_cast<Header*>(base)),
+        slots_(reinterpret_cast<std::atomic<uint64_t>*>(base + sizeof(Header))) {}
+
+  int arrive(uint64_t seq) override {
+    const int n = t_.size_;
+    const uint64_t ticket = header_->tickets.fetch_add(1, std::memory_order_acq_rel);
+    const uint64_t k = ticket / n;
+    const int pos = static_cast<int>(ticket % n);
+    if (k != seq) {
+      throw Error("stragg: rank " + std::to_string(t_.rank_) +
+                  ": straggler agreement out of sync: arrival ticket for collective #" +
+                  std::to_string(k) + " while starting #" + std::to_string(seq));
+    }
+    slot(seq, pos).store(tag(seq, t_.rank_ + 1), std::memory_order_release);
+    for (int r = 0; r < n; ++r) t_.ring_doorbell(r);
+    return pos;
+  }
+
+  int missing_rank(uint64_t seq) override {
+    const int n = t_.size_;
+    std::vector<bool> seen(n, false);
+    for (int pos = 0; pos < n - 1; ++pos) {
+      const uint64_t v = slot(seq, pos).load(std::memory_order_acquire);
+      if ((v >> 16) != seq + 1) return -1;
+      seen[(v & 0xffff) - 1] = true;
+    }
+    for (int r = 0; r < n; ++r) {
+      if (!seen[r]) return r;
+    }
+    return -1;
+  }
+
+  int decide(uint64_t seq, int proposal) override {
+    std::atomic<uint64_t>& d = header_->decisions[seq % kBoardRounds];
+    const uint64_t want = tag(seq, proposal + 1);
+    uint64_t old = d.load(std::memory_order_acquire);
+    while (true) {
+      if ((old >> 16) == seq + 1) return static_cast<int>(old & 0xffff) - 1;
+      if (d.compare_exchange_weak(old, want, std::memory_order_acq_rel)) break;
+    }
+    for (int r = 0; r < t_.size_; ++r) t_.ring_doorbell(r);
+    return proposal;
+  }
+
+  std::optional<int> decision(uint64_t seq) override {
+    const uint64_t v = header_->decisions[seq % kBoardRounds].load(std::memory_order_acquire);
+    if ((v >> 16) != seq + 1) return std::nullopt;
+    return static_cast<int>(v & 0xffff) - 1;
+  }
+
+ private:
+  static uint64_t tag(uint64_t seq, int value) {
+    return ((seq + 1) << 16) | static_cast<uint64_t>(value);
+  }
+  std::atomic<uint64_t>& slot(uint64_t seq, int pos) {
+    return slots_[(seq % kBoardRounds) * t_.size_ + pos];
+  }
+
+  ShmTransport& t_;
+  Header* header_;
+  std::atomic<uint64_t>* slots_;
+};
+
 struct ShmTransport::Segment {
   uint8_t* base = nullptr;
   size_t bytes = 0;
@@ -113,7 +198,8 @@ ShmTransport::ShmTransport(Rendezvous& rdv, const std::string& key_prefix, int r
   options_.num_slots = std::max<size_t>(options_.num_slots, 1);
   slot_stride_ = kSlotHeaderBytes + options_.slot_bytes;
   channel_stride_ = round_up(kChannelHeaderBytes + options_.num_slots * slot_stride_, kPage);
-  control_bytes_ = kControlBytes;
+  board_offset_ = kControlBytes;
+  control_bytes_ = kControlBytes + SharedArrivalBoard::bytes(size_);
   segment_bytes_ = control_bytes_ + static_cast<size_t>(size_) * channel_stride_;
   segments_.resize(size_);
   peer_pids_.assign(size_, -1);
@@ -170,6 +256,13 @@ ShmTransport::ShmTransport(Rendezvous& rdv, const std::string& key_prefix, int r
     cb->arrival.store(-1);
     cb->abort_by.store(0);
     cb->own_abort_ready.store(0);
+    auto* board = new (own->base + board_offset_) SharedArrivalBoard::Header();
+    board->tickets.store(0);
+    for (auto& d : board->decisions) d.store(0);
+    for (size_t i = 0; i < kBoardRounds * static_cast<size_t>(size_); ++i) {
+      new (own->base + board_offset_ + sizeof(SharedArrivalBoard::Header) + i * sizeof(uint64_t))
+          std::atomic<uint64_t>(0);
+    }
     for (int p = 0; p < size_; ++p) {
       auto* ch = new (own->base + control_bytes_ + p * channel_stride_) ChannelHeader();
       ch->head.store(0);
@@ -229,6 +322,7 @@ ShmTransport::ShmTransport(Rendezvous& rdv, const std::string& key_prefix, int r
       }
       segments_[p] = std::move(seg);
     }
+    board_ = std::make_unique<SharedArrivalBoard>(*this, segments_[0]->base + board_offset_);
     exchange_all(rdv, key_prefix + "/shm_mapped", rank_, size_, "1", options_.setup_timeout,
                  "shm transport setup");
     shm_unlink(own_name_.c_str());

@@ -60,6 +60,7 @@ class ShmTransport final : public Transport {
   std::vector<int> dead_peers() override;
   void announce_arrival(uint64_t coll_seq) override;
   int64_t peer_arrival(int peer) override;
+  ArrivalBoard* arrival_board() override { return board_.get(); }
 
   const ShmOptions& options() const { return options_; }
   // Staging bytes one directed channel uses (slots + headers).
@@ -68,6 +69,8 @@ class ShmTransport final : public Transport {
  private:
   struct Segment;
   struct ControlBlock;
+  class SharedArrivalBoard;
+  friend class SharedArrivalBoard;
   struct ChannelHeader;
   struct SlotHeader;
 
@@ -83,11 +86,13 @@ class ShmTransport final : public Transport {
   size_t slot_stride_ = 0;
   size_t channel_stride_ = 0;
   size_t control_bytes_ = 0;
+  size_t board_offset_ = 0;
   size_t segment_bytes_ = 0;
   std::vector<std::unique_ptr<Segment>> segments_;  // one per rank, ours included
   std::vector<int> peer_pids_;
   std::vector<bool> pid_checkable_;
   std::vector<bool> channel_backed_;
+  std::unique_ptr<ArrivalBoard> board_;  // lives in rank 0's segment
   std::string own_name_;
   bool own_unlinked_ = false;
 };

@@ -66,6 +66,25 @@ struct RecvOp {
   bool done = false;
 };
 
+// Shared arrival order of the ranks for one collective, used to agree on a straggler without a
+// coordinator (StragglAR with "whichever rank arrives last"). Positions are handed out in
+// arrival order; a decision register is written once per collective (first writer wins), so
+// every rank reads the same decision.
+class ArrivalBoard {
+ public:
+  virtual ~ArrivalBoard() = default;
+  // Takes this rank's arrival ticket for collective `seq` (once per collective, every collective
+  // of the group); returns its arrival position 0..n-1. Wakes waiting peers.
+  virtual int arrive(uint64_t seq) = 0;
+  // The rank missing from the first n-1 arrivals of `seq`, or -1 while fewer than n-1 arrived.
+  virtual int missing_rank(uint64_t seq) = 0;
+  // Proposes a decision for `seq` (-1: no straggler, else the straggler's rank) and returns the
+  // decision that won (possibly another rank's earlier proposal).
+  virtual int decide(uint64_t seq, int proposal) = 0;
+  // The decision for `seq` if one was made.
+  virtual std::optional<int> decision(uint64_t seq) = 0;
+};
+
 class Transport {
  public:
   virtual ~Transport() = default;
@@ -99,6 +118,9 @@ class Transport {
   // announced sequence number, or -1 if unknown / none yet.
   virtual void announce_arrival(uint64_t coll_seq) = 0;
   virtual int64_t peer_arrival(int peer) = 0;
+
+  // Arrival board for dynamic straggler agreement, or nullptr if this transport has none.
+  virtual ArrivalBoard* arrival_board() { return nullptr; }
 };
 
 }  // namespace stragg

@@ -36,16 +36,20 @@ def backend_config() -> dict[str, Any]:
     straggler_raw = os.environ.get("STRAGG_STRAGGLER", "none").strip().lower() or "none"
     if straggler_raw == "none":
         straggler = -1
+    elif straggler_raw == "dynamic":
+        straggler = -2
     elif straggler_raw.isdigit():
         straggler = int(straggler_raw)
     else:
         raise ValueError(
-            f"stragg: STRAGG_STRAGGLER={straggler_raw!r} must be a rank of the group or 'none'"
+            f"stragg: STRAGG_STRAGGLER={straggler_raw!r} must be a rank of the group, 'dynamic' "
+            "or 'none'"
         )
     return {
         "transport": transport,
         "algo": algo,
         "straggler": straggler,
+        "dynamic_window_us": _size_env("STRAGG_DYNAMIC_WINDOW_US", 1000),
         "shm_slot_bytes": _size_env("STRAGG_SHM_SLOT_BYTES", 512 * 1024),
         "shm_slots": _size_env("STRAGG_SHM_SLOTS", 4),
         "spin_us": _size_env("STRAGG_SPIN_US", 5),

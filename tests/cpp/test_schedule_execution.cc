@@ -5,6 +5,7 @@
 #include <cstring>
 #include <memory>
 #include <string>
+#include <thread>
 #include <tuple>
 #include <vector>
 
@@ -13,6 +14,7 @@
 #include "plan/planner.h"
 #include "runtime/error.h"
 #include "runtime/executor.h"
+#include "runtime/ring_plan.h"
 #include "runtime/shm_transport.h"
 #include "test_util.h"
 
@@ -115,6 +117,80 @@ TEST(Planner, AutoPicksStragglarOnlyWithAConfiguredStraggler) {
   PlannerConfig c;
   c.straggler = 2;
   EXPECT_EQ(Planner(4, c).algorithm(), "stragglar");
+}
+
+}  // namespace
+}  // namespace stragg
+
+namespace stragg {
+namespace {
+
+// Runs agree_on_straggler on n threads; rank `late` (if >= 0) arrives `delay` later.
+std::vector<int> agree(int n, int late, std::chrono::milliseconds delay,
+                       std::chrono::microseconds window, int collectives = 3) {
+  testing::InMemoryRendezvous rdv;
+  std::vector<int> decided(n * collectives, -99);
+  testing::run_ranks(n, [&](int r) {
+    ShmTransport t(rdv, "agree", r, n, ShmOptions{});
+    Executor ex(t);
+    for (int k = 0; k < collectives; ++k) {
+      if (r == late) std::this_thread::sleep_for(delay);
+      CollectiveSpec spec;
+      spec.seq = static_cast<uint64_t>(k);
+      decided[k * n + r] = ex.agree_on_straggler(spec, window, std::chrono::seconds(20));
+      // Like a real collective, nobody starts the next one before everybody took part.
+      std::vector<float> buf(4, 1.0f);
+      spec.numel = buf.size();
+      ex.run(ring_allreduce_plan(r, n, buf.size()), spec, buf.data(), std::chrono::seconds(20));
+    }
+  });
+  return decided;
+}
+
+TEST(DynamicStraggler, EveryRankAgreesOnTheLateRank) {
+  const int n = 4;
+  auto d = agree(n, 2, std::chrono::milliseconds(150), std::chrono::microseconds(1000));
+  for (int v : d) EXPECT_EQ(v, 2);
+}
+
+TEST(DynamicStraggler, NobodyIsTheStragglerWhenAllArriveWithinTheWindow) {
+  const int n = 3;
+  auto d = agree(n, -1, std::chrono::milliseconds(0), std::chrono::microseconds(5000000));
+  for (int v : d) EXPECT_EQ(v, -1);
+}
+
+TEST(DynamicStraggler, MissingRankTimesOutNamingIt) {
+  testing::InMemoryRendezvous rdv;
+  const int n = 3;
+  std::vector<std::string> errors(n);
+  testing::run_ranks(n, [&](int r) {
+    ShmTransport t(rdv, "agree_missing", r, n, ShmOptions{});
+    if (r == 0) {
+      while (!t.abort_reason()) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      return;
+    }
+    Executor ex(t);
+    CollectiveSpec spec;
+    try {
+      // Window longer than the timeout: rank 0 never arrives, so ranks 1 and 2 must time out.
+      ex.agree_on_straggler(spec, std::chrono::seconds(30), std::chrono::milliseconds(400));
+    } catch (const Error& e) {
+      errors[r] = e.what();
+    }
+  });
+  for (int r : {1, 2}) {
+    EXPECT_NE(errors[r].find("rank 0 has not called all_reduce #0"), std::string::npos)
+        << errors[r];
+  }
+}
+
+TEST(Planner, DynamicModeOnlyWithStragglarOrAuto) {
+  PlannerConfig c;
+  c.straggler = kDynamicStraggler;
+  EXPECT_EQ(Planner(4, c).algorithm(), "stragglar");
+  EXPECT_TRUE(Planner(4, c).dynamic());
+  c.algo = "ring";
+  EXPECT_THROW(Planner(4, c), Error);
 }
 
 }  // namespace
