@@ -94,7 +94,9 @@ def _dynamic(rank: int, ws: int, late_ranks: list[int]) -> dict[str, Any]:
             digests.append(h.digest(t))
         stats = h.backend_stats()
         assert stats["last_straggler"] == late, (it, late, stats)
-    return {"digests": digests, "stats": h.backend_stats()}
+    import stragg
+
+    return {"digests": digests, "stats": h.backend_stats(), "calls": stragg.recent_calls()}
 
 
 def test_dynamic_straggler_follows_whoever_is_late() -> None:
@@ -108,9 +110,17 @@ def test_dynamic_straggler_follows_whoever_is_late() -> None:
     assert all(r.ok for r in res), res.describe()
     values = res.values()
     assert all(v["digests"] == values[0]["digests"] for v in values), "ranks differ bitwise"
-    for v in values:
+    for rank, v in enumerate(values):
         assert v["stats"]["algorithm"] == "stragglar"
         assert v["stats"]["dynamic_straggler_calls"] == 2 * len(late_ranks)
+        calls = v["calls"]
+        assert [c["seq"] for c in calls] == list(range(2 * len(late_ranks)))
+        assert [c["straggler"] for c in calls] == [r for r in late_ranks for _ in range(2)]
+        assert all(c["ok"] and c["algorithm"] == "stragglar" for c in calls)
+        for c in calls:
+            assert 0.0 <= c["wait_s"] <= c["run_s"] and c["pre_arrival_s"] <= c["run_s"]
+            # Early ranks do the pre-arrival reduce-scatter; the straggler has none.
+            assert (c["pre_arrival_s"] > 0) == (c["straggler"] != rank), (rank, c)
 
 
 def test_dynamic_straggler_needs_stragglar() -> None:

@@ -22,6 +22,7 @@ stragg::BackendConfig config_from_dict(const py::dict& d) {
   if (d.contains("tcp_staging_bytes")) c.tcp.staging_bytes = d["tcp_staging_bytes"].cast<size_t>();
   if (d.contains("algo")) c.planner.algo = d["algo"].cast<std::string>();
   if (d.contains("straggler")) c.planner.straggler = d["straggler"].cast<int>();
+  if (d.contains("log_calls")) c.log_calls = d["log_calls"].cast<bool>();
   if (d.contains("dynamic_window_us")) {
     c.dynamic_window = std::chrono::microseconds(d["dynamic_window_us"].cast<int64_t>());
   }
@@ -52,5 +53,24 @@ PYBIND11_MODULE(_C, m) {
       .def_property_readonly("transport", &stragg::StraggBackend::transport_name)
       .def_property_readonly("algorithm", &stragg::StraggBackend::algorithm)
       .def_property_readonly("straggler", &stragg::StraggBackend::straggler)
-      .def("stats", &stragg::StraggBackend::stats);
+      .def("stats", &stragg::StraggBackend::stats)
+      .def("recent_calls", [](const stragg::StraggBackend& b) {
+        py::list out;
+        for (const auto& r : b.recent_calls()) {
+          py::dict d;
+          d["seq"] = r.seq;
+          d["numel"] = r.numel;
+          d["bytes"] = r.bytes;
+          d["algorithm"] = r.algorithm;
+          d["straggler"] = r.straggler;
+          d["queued_s"] = r.queued_s;
+          d["agreement_s"] = r.agreement_s;
+          d["run_s"] = r.run_s;
+          d["wait_s"] = r.wait_s;
+          d["pre_arrival_s"] = r.pre_arrival_s;
+          d["ok"] = r.ok;
+          out.append(d);
+        }
+        return out;
+      });
 }

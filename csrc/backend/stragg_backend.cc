@@ -113,6 +113,7 @@ StraggBackend::StraggBackend(const c10::intrusive_ptr<c10d::Store>& store, int r
                                         transport_->name());
       }
       dynamic_window_ = config.dynamic_window;
+      log_calls_ = config.log_calls;
       executor_ = std::make_unique<Executor>(*transport_);
     } else {
       path_ = AllreducePath::Delegate;
@@ -161,6 +162,13 @@ std::map<std::string, int64_t> StraggBackend::stats() const {
   s["allreduce_bytes"] = allreduce_bytes_.load();
   s["delegated_calls"] = delegated_calls_.load();
   s["failed_calls"] = failed_calls_.load();
+  {
+    std::lock_guard<std::mutex> lock(history_mu_);
+    s["busy_us"] = static_cast<int64_t>(executor_totals_.busy_s * 1e6);
+    s["wait_us"] = static_cast<int64_t>(executor_totals_.wait_s * 1e6);
+    s["pre_arrival_us"] = static_cast<int64_t>(executor_totals_.pre_arrival_s * 1e6);
+    s["agreement_us"] = static_cast<int64_t>(executor_totals_.agreement_s * 1e6);
+  }
   s["dynamic_straggler_calls"] = dynamic_straggler_calls_.load();
   s["dynamic_plain_calls"] = dynamic_plain_calls_.load();
   s["last_straggler"] = last_straggler_.load();
@@ -273,6 +281,7 @@ c10::intrusive_ptr<c10d::Work> StraggBackend::enqueue(Task task) {
     TORCH_CHECK(!stopping_, "stragg: rank ", getRank(), ": ", task.name,
                 " on a process group that was shut down");
     task.seq = next_seq_++;
+    task.enqueued = std::chrono::steady_clock::now();
     queue_.push_back(std::move(task));
   }
   cv_.notify_one();
@@ -291,8 +300,14 @@ void StraggBackend::worker_loop() {
     }
     std::exception_ptr error;
     running_task_.store(true);
+    CallRecord record;
+    record.seq = task.seq;
+    record.numel = task.buffer.numel();
+    record.bytes = static_cast<int64_t>(task.buffer.nbytes());
+    record.queued_s =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - task.enqueued).count();
     try {
-      run_task(task);
+      run_task(task, record);
       if (path_ != AllreducePath::Delegate) {
         allreduce_calls_.fetch_add(1);
         allreduce_bytes_.fetch_add(static_cast<int64_t>(task.buffer.nbytes()));
@@ -304,11 +319,33 @@ void StraggBackend::worker_loop() {
     }
     running_task_.store(false);
     if (error) failed_calls_.fetch_add(1);
+    record.ok = !error;
+    if (log_calls_) {
+      LOG(INFO) << "stragg: rank " << getRank() << " group '" << group_name_ << "' all_reduce #"
+                << record.seq << " " << record.bytes << " B via " << record.algorithm
+                << " straggler " << record.straggler << ": queued " << record.queued_s * 1e6
+                << " us, agreement " << record.agreement_s * 1e6 << " us, run "
+                << record.run_s * 1e6 << " us (waiting " << record.wait_s * 1e6
+                << " us, pre-arrival " << record.pre_arrival_s * 1e6 << " us)"
+                << (record.ok ? "" : " FAILED");
+    }
+    {
+      std::lock_guard<std::mutex> lock(history_mu_);
+      history_.push_back(std::move(record));
+      if (history_.size() > kCallHistory) history_.pop_front();
+      if (executor_) executor_totals_ = executor_->stats();
+    }
     task.work->complete(error);
   }
 }
 
-void StraggBackend::run_task(Task& task) {
+std::vector<CallRecord> StraggBackend::recent_calls() const {
+  std::lock_guard<std::mutex> lock(history_mu_);
+  return std::vector<CallRecord>(history_.begin(), history_.end());
+}
+
+void StraggBackend::run_task(Task& task, CallRecord& record) {
+  record.algorithm = algorithm();
   void* data = task.buffer.data_ptr();
   const size_t numel = static_cast<size_t>(task.buffer.numel());
   if (task.op.premul && numel > 0) scale_inplace(task.dtype, data, numel, task.op.premul_factor);
@@ -319,14 +356,29 @@ void StraggBackend::run_task(Task& task) {
     spec.dtype = task.dtype;
     spec.op = task.op.op;
     spec.numel = numel;
+    const ExecutorStats before = executor_->stats();
     int agreed = kNoStraggler;
     if (planner_->dynamic()) {
       agreed = executor_->agree_on_straggler(spec, dynamic_window_, task.timeout);
       (agreed >= 0 ? dynamic_straggler_calls_ : dynamic_plain_calls_).fetch_add(1);
       last_straggler_.store(agreed);
+      if (agreed < 0) record.algorithm = "ring";
     }
-    executor_->run(planner_->plan(getRank(), numel, dtype_size(task.dtype), agreed), spec, data,
-                   task.timeout);
+    record.straggler = planner_->dynamic() ? agreed : planner_->straggler();
+    const auto run_start = std::chrono::steady_clock::now();
+    try {
+      executor_->run(planner_->plan(getRank(), numel, dtype_size(task.dtype), agreed), spec, data,
+                     task.timeout);
+    } catch (...) {
+      record.run_s =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - run_start).count();
+      throw;
+    }
+    const ExecutorStats& after = executor_->stats();
+    record.run_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - run_start).count();
+    record.agreement_s = after.agreement_s - before.agreement_s;
+    record.wait_s = after.wait_s - before.wait_s;
+    record.pre_arrival_s = after.pre_arrival_s - before.pre_arrival_s;
   } else if (path_ == AllreducePath::Delegate) {
     // Same pipeline as the executor path (contiguous buffer, premul/average done here, issue
     // order kept by this thread); only the reduction itself runs on the inner Gloo backend.

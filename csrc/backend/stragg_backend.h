@@ -33,6 +33,22 @@ struct BackendConfig {
   // Dynamic straggler: how long the first n-1 arrivals wait for the last one before running
   // StragglAR without it (STRAGG_DYNAMIC_WINDOW_US).
   std::chrono::microseconds dynamic_window{1000};
+  bool log_calls = false;  // STRAGG_DEBUG=DETAIL
+};
+
+// One all_reduce as this rank saw it (kept for the last kCallHistory calls).
+struct CallRecord {
+  uint64_t seq = 0;
+  int64_t numel = 0;
+  int64_t bytes = 0;
+  std::string algorithm;  // what ran: "ring", "stragglar", ... ("gloo" when delegated)
+  int straggler = -1;     // configured or agreed straggler of this call, -1 = none
+  double queued_s = 0;    // from the call to the worker starting it
+  double agreement_s = 0; // dynamic straggler agreement
+  double run_s = 0;       // executing the schedule
+  double wait_s = 0;      // of run_s, blocked waiting for peers
+  double pre_arrival_s = 0;  // of run_s, in pre-arrival steps
+  bool ok = true;
 };
 
 // How all_reduce on CPU tensors is carried out: in-process (world size 1), on stragg's executor
@@ -56,6 +72,9 @@ class StraggBackend final : public c10d::Backend {
   std::string algorithm() const;
   int straggler() const;
   std::map<std::string, int64_t> stats() const;
+  // The last calls, oldest first (at most kCallHistory).
+  std::vector<CallRecord> recent_calls() const;
+  static constexpr size_t kCallHistory = 1024;
 
   const std::string getBackendName() const override { return "stragg"; }
 
@@ -128,11 +147,12 @@ class StraggBackend final : public c10d::Backend {
     uint64_t seq = 0;
     std::chrono::milliseconds timeout{0};
     const char* name = "all_reduce";
+    std::chrono::steady_clock::time_point enqueued;
   };
 
   c10::intrusive_ptr<c10d::Work> enqueue(Task task);
   void worker_loop();
-  void run_task(Task& task);
+  void run_task(Task& task, CallRecord& record);
   void stop_worker(const char* why);
   c10d::Backend& inner_for(c10::DeviceType type, const char* op);
   c10d::Backend& inner_for(const std::vector<at::Tensor>& tensors, const char* op);
@@ -163,6 +183,10 @@ class StraggBackend final : public c10d::Backend {
   std::atomic<int64_t> dynamic_straggler_calls_{0};  // agreed on a straggler: StragglAR ran
   std::atomic<int64_t> dynamic_plain_calls_{0};      // everybody in time: plain Ring ran
   std::atomic<int64_t> last_straggler_{-1};
+  bool log_calls_ = false;  // STRAGG_DEBUG=DETAIL: one log line per call
+  mutable std::mutex history_mu_;
+  std::deque<CallRecord> history_;
+  ExecutorStats executor_totals_;  // copy of the executor's counters after each call
 };
 
 }  // namespace stragg

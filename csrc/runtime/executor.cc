@@ -137,6 +137,7 @@ void Executor::run(const RankPlan& plan, const CollectiveSpec& spec, void* buf,
   try {
     for (size_t step_index = 0; step_index < plan.steps.size(); ++step_index) {
       const PlanStep& step = plan.steps[step_index];
+      const auto step_start = Clock::now();
       const uint32_t step_id = step.id;
       std::vector<SendOp> sends(step.sends.size());
       std::vector<RecvOp> recvs(step.recvs.size());
@@ -182,6 +183,9 @@ void Executor::run(const RankPlan& plan, const CollectiveSpec& spec, void* buf,
         }
         if (all_done) {
           for (auto& sink : sinks) sink->apply_staged();
+          if (step.pre_arrival) {
+            stats_.pre_arrival_s += std::chrono::duration<double>(Clock::now() - step_start).count();
+          }
           break;
         }
         if (moved) continue;
@@ -241,8 +245,9 @@ void Executor::run(const RankPlan& plan, const CollectiveSpec& spec, void* buf,
           throw TimeoutError(m.str());
         }
         const auto left = std::chrono::duration_cast<std::chrono::microseconds>(deadline - now);
-        transport_.wait_for_activity(token,
-                                     std::min<std::chrono::microseconds>(left, std::chrono::milliseconds(100)));
+        transport_.wait_for_activity(
+            token, std::min<std::chrono::microseconds>(left, std::chrono::milliseconds(100)));
+        stats_.wait_s += std::chrono::duration<double>(Clock::now() - now).count();
       }
     }
   } catch (const Error& e) {
@@ -267,9 +272,14 @@ int Executor::agree_on_straggler(const CollectiveSpec& spec, std::chrono::micros
                 "used any more: " + *reason);
   }
   transport_.announce_arrival(spec.seq);
+  const auto start = Clock::now();
+  struct AddTime {  // accounts the agreement time however the function returns
+    double& total;
+    Clock::time_point start;
+    ~AddTime() { total += std::chrono::duration<double>(Clock::now() - start).count(); }
+  } add_time{stats_.agreement_s, start};
   try {
     if (board->arrive(spec.seq) == n - 1) return board->decide(spec.seq, -1);  // last: no wait
-    const auto start = Clock::now();
     const auto deadline = start + timeout;
     auto window_end = Clock::time_point::max();
     auto last_health_check = start;

@@ -23,7 +23,10 @@ struct ExecutorStats {
   uint64_t runs = 0;
   uint64_t bytes_sent = 0;
   uint64_t bytes_received = 0;
-  double busy_s = 0;  // wall time inside run()
+  double busy_s = 0;         // wall time inside run()
+  double wait_s = 0;         // of which blocked waiting for peers (nothing could move)
+  double pre_arrival_s = 0;  // of which in pre-arrival steps (straggler not involved)
+  double agreement_s = 0;    // wall time inside agree_on_straggler()
 };
 
 class Executor {

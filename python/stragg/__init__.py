@@ -9,9 +9,16 @@ now, CUDA all_reduce) is delegated to an inner Gloo / NCCL backend. See README.m
 
 from __future__ import annotations
 
-from ._registration import BACKEND_NAME, backend_stats, is_registered, register
+from ._registration import BACKEND_NAME, backend_stats, is_registered, recent_calls, register
 
 __version__ = "0.1.0"
-__all__ = ["BACKEND_NAME", "__version__", "backend_stats", "is_registered", "register"]
+__all__ = [
+    "BACKEND_NAME",
+    "__version__",
+    "backend_stats",
+    "is_registered",
+    "recent_calls",
+    "register",
+]
 
 register()

@@ -46,6 +46,7 @@ def backend_config() -> dict[str, Any]:
             "or 'none'"
         )
     return {
+        "log_calls": debug_level() == "DETAIL",
         "transport": transport,
         "algo": algo,
         "straggler": straggler,
@@ -60,3 +61,13 @@ def backend_config() -> dict[str, Any]:
         "tcp_port": _size_env("STRAGG_TCP_PORT", 0),
         "tcp_staging_bytes": _size_env("STRAGG_TCP_STAGING_BYTES", 512 * 1024),
     }
+
+
+def debug_level() -> str:
+    """STRAGG_DEBUG: "" (off), "INFO" (group set-up decisions) or "DETAIL" (also every call)."""
+    level = os.environ.get("STRAGG_DEBUG", "").strip().upper()
+    if level in ("", "OFF", "0"):
+        return ""
+    if level not in ("INFO", "DETAIL"):
+        raise ValueError(f"stragg: STRAGG_DEBUG={level!r} is not one of INFO, DETAIL")
+    return level

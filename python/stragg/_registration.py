@@ -9,7 +9,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from ._config import backend_config
+from ._config import backend_config, debug_level
 
 logger = logging.getLogger("stragg")
 
@@ -24,6 +24,8 @@ def _create_backend(dist_opts: Any, backend_opts: Any = None) -> Any:
     inner NCCL backend (CUDA collectives), all from prefixes of the same store.
     """
     from . import _C  # the C++ extension is loaded only when a group is really created
+
+    _configure_logging()
 
     store = dist_opts.store
     rank = dist_opts.group_rank
@@ -43,11 +45,13 @@ def _create_backend(dist_opts: Any, backend_opts: Any = None) -> Any:
         nccl = dist.ProcessGroupNCCL(dist.PrefixStore("nccl/", store), rank, size, nccl_opts)
         backend._attach_inner("cuda", nccl)
     logger.info(
-        "stragg: rank %d/%d of group %s: all_reduce via %s",
+        "stragg: rank %d/%d of group %s: all_reduce via %s transport, algorithm %s, straggler %s",
         rank,
         size,
         group_name,
         backend.transport,
+        backend.algorithm,
+        {-1: "none", -2: "dynamic"}.get(backend.straggler, backend.straggler),
     )
     return backend
 
@@ -61,6 +65,19 @@ def _store_host(store: Any) -> str:
     if isinstance(store, dist.TCPStore):
         return str(store.host)
     return os.environ.get("MASTER_ADDR", "").strip()
+
+
+def _configure_logging() -> None:
+    """STRAGG_DEBUG=INFO|DETAIL: show the "stragg" logger on stderr (per-call lines of DETAIL
+    come from the C++ side through c10 logging: also set TORCH_CPP_LOG_LEVEL=INFO)."""
+    level = debug_level()
+    if not level:
+        return
+    logger.setLevel(logging.INFO)
+    if not logger.handlers:
+        handler = logging.StreamHandler()
+        handler.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
+        logger.addHandler(handler)
 
 
 def register() -> None:
@@ -101,3 +118,14 @@ def backend_stats(group: dist.ProcessGroup | None = None) -> dict[str, Any]:
     stats["algorithm"] = backend.algorithm
     stats["straggler"] = backend.straggler
     return stats
+
+
+def recent_calls(group: dist.ProcessGroup | None = None) -> list[dict[str, Any]]:
+    """The last (up to 1024) all_reduce calls of `group` on this rank, oldest first.
+
+    Each entry: seq, numel, bytes, algorithm, straggler (configured or agreed, -1 none),
+    queued_s (call to start), agreement_s (dynamic straggler agreement), run_s (executing the
+    schedule), wait_s (of run_s, blocked on peers), pre_arrival_s (of run_s, in steps without the
+    straggler), ok.
+    """
+    return list(_stragg_backend(group).recent_calls())
