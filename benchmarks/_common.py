@@ -11,6 +11,9 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
+from typing import Any
+
+import torch
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
@@ -124,3 +127,43 @@ def set_rendezvous_env(port: int | None = None) -> None:
 
 def eprint(*args: object) -> None:
     print(*args, file=sys.stderr, flush=True)
+
+
+# --------------------------------------------------------------------------------------------
+# Test data shared by the benchmarks: integer-valued float32, so every summation order is exact.
+
+DTYPE = torch.float32
+ELEM = 4
+PATTERN_PERIOD = 1021  # prime, so chunk-misplacement bugs rarely line up with the pattern
+
+
+def make_data(nbytes: int, rank: int, n: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(this rank's input, the expected all_reduce SUM, an output buffer) for nbytes of float32."""
+    numel = nbytes // ELEM
+    base = (torch.arange(numel, dtype=torch.int32) % PATTERN_PERIOD).to(DTYPE)
+    src = base * float(rank + 1)
+    # Max value 1020 * n(n+1)/2: an exact integer in float32 for any realistic n.
+    expected = base.mul_(float(n * (n + 1) // 2))
+    return src, expected, torch.empty_like(src)
+
+
+def mismatch_detail(buf: torch.Tensor, expected: torch.Tensor) -> str:
+    bad = (buf != expected).nonzero()
+    if bad.numel() == 0:
+        return "no mismatch"
+    i = int(bad[0, 0])
+    return (
+        f"{bad.shape[0]} of {buf.numel()} elements wrong, first at index {i}: "
+        f"got {buf[i].item()!r}, expected {expected[i].item()!r}"
+    )
+
+
+def stragg_stats(stragg_mod: Any, group: Any) -> dict[str, Any]:
+    """stragg.backend_stats(group), or {"error": ...}: debug info must never fail a benchmark."""
+    fn = getattr(stragg_mod, "backend_stats", None) if stragg_mod is not None else None
+    if fn is None:
+        return {}
+    try:
+        return dict(fn(group))
+    except (RuntimeError, TypeError, ValueError, AttributeError) as e:
+        return {"error": f"{type(e).__name__}: {e}"}

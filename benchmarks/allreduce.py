@@ -45,19 +45,18 @@ import torch.multiprocessing as mp
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import (
+    ELEM,
     Stats,
     bus_factor,
     default_sizes,
     eprint,
     import_stragg,
+    make_data,
+    mismatch_detail,
     parse_sizes,
     set_rendezvous_env,
+    stragg_stats,
 )
-
-DTYPE = torch.float32
-ELEM = 4
-# Prime period, so chunk-misplacement bugs rarely line up with the pattern.
-PATTERN_PERIOD = 1021
 
 
 @dataclass
@@ -76,37 +75,6 @@ class Config:
 
 class VerificationError(RuntimeError):
     pass
-
-
-def _make_data(nbytes: int, rank: int, n: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    numel = nbytes // ELEM
-    base = (torch.arange(numel, dtype=torch.int32) % PATTERN_PERIOD).to(DTYPE)
-    src = base * float(rank + 1)
-    # Max value 1020 * n(n+1)/2: an exact integer in float32 for any realistic n.
-    expected = base.mul_(float(n * (n + 1) // 2))
-    return src, expected, torch.empty_like(src)
-
-
-def _mismatch_detail(buf: torch.Tensor, expected: torch.Tensor) -> str:
-    bad = (buf != expected).nonzero()
-    if bad.numel() == 0:
-        return "no mismatch"
-    i = int(bad[0, 0])
-    return (
-        f"{bad.shape[0]} of {buf.numel()} elements wrong, first at index {i}: "
-        f"got {buf[i].item()!r}, expected {expected[i].item()!r}"
-    )
-
-
-def _stragg_stats(stragg_mod: Any, group: Any) -> dict[str, Any]:
-    fn = getattr(stragg_mod, "backend_stats", None) if stragg_mod is not None else None
-    if fn is None:
-        return {}
-    try:
-        return dict(fn(group))
-    except (RuntimeError, TypeError, ValueError, AttributeError) as e:
-        # Debug info only: never fail the benchmark because of it.
-        return {"error": f"{type(e).__name__}: {e}"}
 
 
 def _stats_check(before: dict[str, Any], after: dict[str, Any], issued: int) -> str:
@@ -222,7 +190,7 @@ def worker(rank: int, cfg: Config, result_path: str) -> None:
     info: dict[str, str] = {}
     stats0: dict[str, Any] = {}
     if "stragg" in groups:
-        stats0 = _stragg_stats(stragg_mod, groups["stragg"])
+        stats0 = stragg_stats(stragg_mod, groups["stragg"])
         if stats0:
             info["stragg backend_stats"] = json.dumps(stats0, sort_keys=True)
     if rank == 0 and not cfg.json:
@@ -253,7 +221,7 @@ def worker(rank: int, cfg: Config, result_path: str) -> None:
         dist.all_reduce(stat, op=dist.ReduceOp.MAX, group=ctrl)
         bad_ranks = [r for r in range(n) if stat[1 + r] > 0]
         if bad_ranks:
-            detail = _mismatch_detail(buf, expected) if local_bad else ""
+            detail = mismatch_detail(buf, expected) if local_bad else ""
             details: list[Any] = [None] * n
             dist.all_gather_object(details, detail, group=ctrl)
             per_rank = "; ".join(f"rank {r}: {details[r]}" for r in bad_ranks)
@@ -265,7 +233,7 @@ def worker(rank: int, cfg: Config, result_path: str) -> None:
 
     all_rows: list[dict[str, Any]] = []
     for nbytes in cfg.sizes:
-        src, expected, buf = _make_data(nbytes, rank, n)
+        src, expected, buf = make_data(nbytes, rank, n)
         # Warm-up; the first iteration of each backend is verified. The loop stops early once
         # warm-up has used half the budget (decision made on max-reduced values: same on all ranks).
         warm_time = {b: 0.0 for b in cfg.backends}
@@ -315,7 +283,7 @@ def worker(rank: int, cfg: Config, result_path: str) -> None:
             _print_row(cfg, nbytes, rows)
 
     if "stragg" in groups:
-        stats1 = _stragg_stats(stragg_mod, groups["stragg"])
+        stats1 = stragg_stats(stragg_mod, groups["stragg"])
         transport = stats1.get("transport")
         if transport is not None:
             for r in all_rows:

@@ -367,8 +367,9 @@ void StraggBackend::run_task(Task& task, CallRecord& record) {
     record.straggler = planner_->dynamic() ? agreed : planner_->straggler();
     const auto run_start = std::chrono::steady_clock::now();
     try {
-      executor_->run(planner_->plan(getRank(), numel, dtype_size(task.dtype), agreed), spec, data,
-                     task.timeout);
+      executor_->run(planner_->plan(getRank(), numel, dtype_size(task.dtype), agreed,
+                                    transport_->supports_recv_limit()),
+                     spec, data, task.timeout);
     } catch (...) {
       record.run_s =
           std::chrono::duration<double>(std::chrono::steady_clock::now() - run_start).count();

@@ -21,28 +21,46 @@ std::map<int, RoundOps> rounds_of(const std::vector<core::RankOp>& program) {
   return rounds;
 }
 
-// Does the receive `r` of a round overlap a send or another receive of the same round?
-bool recv_conflicts(const core::RankOp& r, const RoundOps& round) {
+enum class Overlap { kNone, kFollowsSend, kStage };
+
+// How the receive `r` of a round must be carried out. Receives overlapping another receive of
+// the round are staged; a receive overlapping exactly one send either follows it (the
+// transport lands only bytes the send has read: ordered_recvs) or is staged. *send_index is
+// the position of that send among the round's sends.
+Overlap classify(const core::RankOp& r, const RoundOps& round, bool ordered_recvs,
+                 int* send_index) {
+  int overlapping_sends = 0;
+  int k = 0;
   for (const core::RankOp* o : round.ops) {
-    if (o->has_send && overlaps(r.recv_chunk, r.recv_count, o->send_chunk, o->send_count)) {
-      return true;
+    if (!o->has_send) continue;
+    if (overlaps(r.recv_chunk, r.recv_count, o->send_chunk, o->send_count)) {
+      ++overlapping_sends;
+      *send_index = k;
     }
+    ++k;
+  }
+  for (const core::RankOp* o : round.ops) {
     if (o != &r && o->has_recv &&
         overlaps(r.recv_chunk, r.recv_count, o->recv_chunk, o->recv_count)) {
-      return true;
+      return Overlap::kStage;
     }
   }
-  return false;
+  if (overlapping_sends == 0) return Overlap::kNone;
+  if (overlapping_sends == 1 && ordered_recvs) return Overlap::kFollowsSend;
+  return Overlap::kStage;
 }
 
 }  // namespace
 
-bool schedule_needs_staging(const core::Schedule& s) {
+bool schedule_needs_staging(const core::Schedule& s, bool ordered_recvs) {
   for (int rank = 0; rank < s.n; ++rank) {
     const auto program = s.rank_program(rank);
     for (const auto& [round, ops] : rounds_of(program)) {
       for (const core::RankOp* op : ops.ops) {
-        if (op->has_recv && recv_conflicts(*op, ops)) return true;
+        int send_index = -1;
+        if (op->has_recv && classify(*op, ops, ordered_recvs, &send_index) == Overlap::kStage) {
+          return true;
+        }
       }
     }
   }
@@ -50,7 +68,7 @@ bool schedule_needs_staging(const core::Schedule& s) {
 }
 
 RankPlan lower_schedule(const core::Schedule& s, int rank, size_t numel, size_t elem_size,
-                        size_t max_staging_bytes) {
+                        size_t max_staging_bytes, bool ordered_recvs) {
   if (rank < 0 || rank >= s.n) {
     throw Error("stragg: lower_schedule: rank " + std::to_string(rank) + " outside a schedule of " +
                 std::to_string(s.n) + " ranks");
@@ -67,7 +85,7 @@ RankPlan lower_schedule(const core::Schedule& s, int rank, size_t numel, size_t 
   for (const auto& st : s.steps) round_pre[st.round] = round_pre[st.round] && st.pre_arrival;
 
   size_t segments = 1;
-  if (schedule_needs_staging(s) && numel > 0) {
+  if (schedule_needs_staging(s, ordered_recvs) && numel > 0) {
     // Largest chunk is about numel * max_weight / total_weight elements.
     const double max_share =
         *std::max_element(s.chunk_weights.begin(), s.chunk_weights.end()) / s.total_weight();
@@ -104,20 +122,30 @@ RankPlan lower_schedule(const core::Schedule& s, int rank, size_t numel, size_t 
         step.id = static_cast<uint32_t>(g * static_cast<size_t>(num_rounds) + round);
         step.pre_arrival = pre;
         for (const core::RankOp* o : ops.ops) {
-          if (o->has_send) {
-            PlanOp op;
-            op.peer = o->send_peer;
-            run_range(g, o->send_chunk, o->send_count, &op.offset, &op.count);
-            step.sends.push_back(op);
+          if (!o->has_send) continue;
+          PlanOp op;
+          op.peer = o->send_peer;
+          run_range(g, o->send_chunk, o->send_count, &op.offset, &op.count);
+          step.sends.push_back(op);
+        }
+        for (const core::RankOp* o : ops.ops) {
+          if (!o->has_recv) continue;
+          PlanOp op;
+          op.peer = o->recv_peer;
+          run_range(g, o->recv_chunk, o->recv_count, &op.offset, &op.count);
+          op.reduce = o->recv_op == core::RecvOp::kReduce;
+          int send_index = -1;
+          switch (classify(*o, ops, ordered_recvs, &send_index)) {
+            case Overlap::kNone:
+              break;
+            case Overlap::kFollowsSend:
+              op.follows_send = send_index;
+              break;
+            case Overlap::kStage:
+              op.staged = true;
+              break;
           }
-          if (o->has_recv) {
-            PlanOp op;
-            op.peer = o->recv_peer;
-            run_range(g, o->recv_chunk, o->recv_count, &op.offset, &op.count);
-            op.reduce = o->recv_op == core::RecvOp::kReduce;
-            op.staged = recv_conflicts(*o, ops);
-            step.recvs.push_back(op);
-          }
+          step.recvs.push_back(op);
         }
         plan.steps.push_back(std::move(step));
       }

@@ -8,9 +8,11 @@
 
 namespace stragg {
 
-// True if some rank, in some round, receives into a range it also sends or receives in that
-// round: such receives must be staged (the IR's sends read start-of-step data).
-bool schedule_needs_staging(const core::Schedule& s);
+// True if some rank, in some round, has a receive that must be staged: it overlaps another
+// receive of the round, or a send of the round (the IR's sends read start-of-step data) unless
+// `ordered_recvs` (the transport lands received bytes only after the send read them, see
+// RecvOp::limit) and it overlaps exactly one send.
+bool schedule_needs_staging(const core::Schedule& s, bool ordered_recvs);
 
 // The steps `rank` executes for an all_reduce of `numel` elements of `elem_size` bytes.
 // Steps of one round become one PlanStep (ops issued concurrently). When the schedule needs
@@ -19,6 +21,6 @@ bool schedule_needs_staging(const core::Schedule& s);
 // as much as they can before the straggler arrives), then the remaining steps, segment by
 // segment. The result is identical on every rank except for the rank's own ops.
 RankPlan lower_schedule(const core::Schedule& s, int rank, size_t numel, size_t elem_size,
-                        size_t max_staging_bytes = 1 << 20);
+                        size_t max_staging_bytes = 1 << 20, bool ordered_recvs = false);
 
 }  // namespace stragg

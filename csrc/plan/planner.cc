@@ -65,7 +65,8 @@ std::shared_ptr<const core::Schedule> Planner::build(int straggler) const {
   }
 }
 
-RankPlan Planner::plan(int rank, size_t numel, size_t elem_size, int agreed_straggler) const {
+RankPlan Planner::plan(int rank, size_t numel, size_t elem_size, int agreed_straggler,
+                       bool ordered_recvs) const {
   if (dynamic()) {
     if (agreed_straggler < 0 || n_ <= 2) return ring_allreduce_plan(rank, n_, numel);
     std::shared_ptr<const core::Schedule> s;
@@ -75,10 +76,11 @@ RankPlan Planner::plan(int rank, size_t numel, size_t elem_size, int agreed_stra
       if (!slot) slot = build(agreed_straggler);
       s = slot;
     }
-    return lower_schedule(*s, rank, numel, elem_size, config_.max_staging_bytes);
+    return lower_schedule(*s, rank, numel, elem_size, config_.max_staging_bytes, ordered_recvs);
   }
   if (!schedule_) return ring_allreduce_plan(rank, n_, numel);
-  return lower_schedule(*schedule_, rank, numel, elem_size, config_.max_staging_bytes);
+  return lower_schedule(*schedule_, rank, numel, elem_size, config_.max_staging_bytes,
+                        ordered_recvs);
 }
 
 }  // namespace stragg

@@ -40,8 +40,9 @@ class Planner {
   bool dynamic() const { return config_.straggler == kDynamicStraggler; }
   // The steps `rank` runs for `numel` elements of `elem_size` bytes. In dynamic mode,
   // `agreed_straggler` is the rank all ranks agreed is late (kNoStraggler: plain Ring).
-  RankPlan plan(int rank, size_t numel, size_t elem_size,
-                int agreed_straggler = kNoStraggler) const;
+  // `ordered_recvs`: the transport honours RecvOp::limit (fewer staged receives).
+  RankPlan plan(int rank, size_t numel, size_t elem_size, int agreed_straggler = kNoStraggler,
+                bool ordered_recvs = false) const;
 
  private:
   std::shared_ptr<const core::Schedule> build(int straggler) const;

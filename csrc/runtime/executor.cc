@@ -27,18 +27,19 @@ class StepSink final : public RecvSink {
   StepSink(int rank, const CollectiveSpec& spec, Algo algo, uint32_t step, const PlanOp& op,
            uint8_t* buf)
       : rank_(rank), spec_(spec), algo_(algo), step_(step), op_(op), buf_(buf) {
-    if (op_.staged) staging_.resize(op_.count * dtype_size(spec_.dtype));
+    // Not zero-filled: every byte is written by on_data before apply_staged reads it.
+    if (op_.staged) staging_.reset(new uint8_t[op_.count * dtype_size(spec_.dtype)]);
   }
 
   // Staged receives: apply the message now that the step's sends are done.
   void apply_staged() {
-    if (!op_.staged || staging_.empty()) return;
+    if (!op_.staged || op_.count == 0) return;
     const size_t elem = dtype_size(spec_.dtype);
     uint8_t* dst = buf_ + op_.offset * elem;
     if (op_.reduce) {
-      reduce_into(spec_.dtype, spec_.op, dst, staging_.data(), op_.count);
+      reduce_into(spec_.dtype, spec_.op, dst, staging_.get(), op_.count);
     } else {
-      std::memcpy(dst, staging_.data(), staging_.size());
+      std::memcpy(dst, staging_.get(), op_.count * elem);
     }
   }
 
@@ -87,7 +88,7 @@ class StepSink final : public RecvSink {
 
   void on_data(size_t offset, const void* data, size_t len) override {
     if (op_.staged) {
-      std::memcpy(staging_.data() + offset, data, len);
+      std::memcpy(staging_.get() + offset, data, len);
       return;
     }
     const size_t elem = dtype_size(spec_.dtype);
@@ -106,7 +107,7 @@ class StepSink final : public RecvSink {
   uint32_t step_;
   PlanOp op_;
   uint8_t* buf_;
-  std::vector<uint8_t> staging_;
+  std::unique_ptr<uint8_t[]> staging_;
 };
 
 // True if an op before ops[i] in the list goes to the same peer and is not finished yet.
@@ -157,8 +158,11 @@ void Executor::run(const RankPlan& plan, const CollectiveSpec& spec, void* buf,
         s.header.algo = static_cast<uint8_t>(plan.algo);
         stats_.bytes_sent += p.count * elem;
       }
+      const bool limits = transport_.supports_recv_limit();
       for (size_t i = 0; i < step.recvs.size(); ++i) {
-        const PlanOp& p = step.recvs[i];
+        PlanOp p = step.recvs[i];
+        // Without RecvOp::limit, a receive overlapping a send of the step must be staged.
+        if (p.follows_send >= 0 && !limits) p.staged = true;
         sinks.push_back(std::make_unique<StepSink>(rank, spec, plan.algo, step_id, p, bytes));
         recvs[i].peer = p.peer;
         recvs[i].sink = sinks.back().get();
@@ -179,6 +183,16 @@ void Executor::run(const RankPlan& plan, const CollectiveSpec& spec, void* buf,
         for (size_t i = 0; i < recvs.size(); ++i) {
           if (recvs[i].done) continue;
           all_done = false;
+          const int k = step.recvs[i].follows_send;
+          if (limits && k >= 0) {
+            // Land only bytes the overlapping send has already read (sends read start-of-step
+            // data): y bytes of this receive are safe once send_offset + sent >= recv_offset + y.
+            const SendOp& s = sends[k];
+            const size_t s0 = step.sends[k].offset * elem;
+            const size_t r0 = step.recvs[i].offset * elem;
+            recvs[i].limit = s.done ? static_cast<size_t>(-1)
+                                    : (s0 + s.sent > r0 ? s0 + s.sent - r0 : 0);
+          }
           if (!earlier_op_pending(recvs, i)) moved |= transport_.progress(recvs[i]);
         }
         if (all_done) {

@@ -26,6 +26,10 @@ struct PlanOp {
   // step also sends (or receives) an overlapping range: sends read the data as it was at the
   // start of the step (the schedule IR's semantics).
   bool staged = false;
+  // Receives only: index in the step's sends of a send that reads an overlapping range. With a
+  // transport that supports RecvOp::limit, the receive only lands bytes that send has already
+  // read (no staging copy); otherwise the executor stages it.
+  int follows_send = -1;
 };
 
 struct PlanStep {

@@ -418,6 +418,7 @@ bool ShmTransport::progress(RecvOp& op) {
     const uint64_t head = ch->head.load(std::memory_order_acquire);
     if (tail == head) break;
     SlotHeader* s = slot(ch, tail);
+    if (op.received + s->len > op.limit) break;  // would overwrite bytes not sent yet
     if (!op.header_seen) {
       if (s->offset != 0) {
         throw Error("stragg: rank " + std::to_string(rank_) + ": message stream from rank " +

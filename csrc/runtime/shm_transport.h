@@ -61,6 +61,7 @@ class ShmTransport final : public Transport {
   void announce_arrival(uint64_t coll_seq) override;
   int64_t peer_arrival(int peer) override;
   ArrivalBoard* arrival_board() override { return board_.get(); }
+  bool supports_recv_limit() const override { return true; }
 
   const ShmOptions& options() const { return options_; }
   // Staging bytes one directed channel uses (slots + headers).

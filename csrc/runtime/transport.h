@@ -59,6 +59,10 @@ struct SendOp {
 struct RecvOp {
   int peer = -1;
   RecvSink* sink = nullptr;
+  // Payload bytes the transport may hand to the sink so far (transports that support it, see
+  // Transport::supports_recv_limit): the executor raises it as a send of the same step that
+  // reads the same range progresses, so received data never overwrites bytes not yet sent.
+  size_t limit = static_cast<size_t>(-1);
   // Progress state, owned by the transport.
   size_t received = 0;
   size_t expected = 0;
@@ -118,6 +122,9 @@ class Transport {
   // announced sequence number, or -1 if unknown / none yet.
   virtual void announce_arrival(uint64_t coll_seq) = 0;
   virtual int64_t peer_arrival(int peer) = 0;
+
+  // True if progress(RecvOp&) honours RecvOp::limit (else the executor stages such receives).
+  virtual bool supports_recv_limit() const { return false; }
 
   // Arrival board for dynamic straggler agreement, or nullptr if this transport has none.
   virtual ArrivalBoard* arrival_board() { return nullptr; }

@@ -48,13 +48,21 @@ TEST_P(ScheduleExecution, ExactAndBitwiseIdentical) {
     Executor ex(t);
     std::vector<float> buf(numel);
     for (size_t i = 0; i < numel; ++i) buf[i] = input_value(r, i);
+    // Staged receives (what a transport without RecvOp::limit needs), then send-ordered ones.
     for (uint64_t seq = 0; seq < 2; ++seq) {
       std::vector<float> work = buf;
       CollectiveSpec spec;
       spec.seq = seq;
       spec.numel = numel;
-      ex.run(planner.plan(r, numel, sizeof(float)), spec, work.data(), std::chrono::seconds(60));
-      out[r] = work;
+      const bool ordered = seq == 1;
+      ex.run(planner.plan(r, numel, sizeof(float), kNoStraggler, ordered), spec, work.data(),
+             std::chrono::seconds(60));
+      if (seq == 0) {
+        out[r] = work;
+      } else {
+        ASSERT_EQ(0, std::memcmp(work.data(), out[r].data(), numel * sizeof(float)))
+            << planner.algorithm() << ": ordered receives differ from staged ones on rank " << r;
+      }
     }
   });
   for (size_t i = 0; i < numel; ++i) {
@@ -82,7 +90,12 @@ INSTANTIATE_TEST_SUITE_P(
 
 TEST(Lowering, StragglarStagesTheStragglerExchangeAndPutsPreArrivalFirst) {
   auto s = core::build("stragglar", 4, "{\"straggler\": 3}");
-  ASSERT_TRUE(schedule_needs_staging(s));
+  ASSERT_TRUE(schedule_needs_staging(s, false));
+  // The straggler's exchanges overlap exactly one send each: ordered receives need no staging.
+  EXPECT_FALSE(schedule_needs_staging(s, true));
+  for (const auto& step : lower_schedule(s, 3, 4096, 4, 4096, true).steps) {
+    for (const auto& r : step.recvs) EXPECT_FALSE(r.staged);
+  }
   // 3 segments' worth of data: pre-arrival steps of every segment come before any other step.
   const size_t numel = 3 * 3 * 1024;
   RankPlan p = lower_schedule(s, 0, numel, 4, 4096);
@@ -99,7 +112,7 @@ TEST(Lowering, StragglarStagesTheStragglerExchangeAndPutsPreArrivalFirst) {
 }
 
 TEST(Lowering, RingNeedsNoStaging) {
-  EXPECT_FALSE(schedule_needs_staging(core::build("ring", 5)));
+  EXPECT_FALSE(schedule_needs_staging(core::build("ring", 5), false));
 }
 
 TEST(Planner, RejectsUnknownAlgorithmAndBadStraggler) {
