@@ -167,3 +167,56 @@ def stragg_stats(stragg_mod: Any, group: Any) -> dict[str, Any]:
         return dict(fn(group))
     except (RuntimeError, TypeError, ValueError, AttributeError) as e:
         return {"error": f"{type(e).__name__}: {e}"}
+
+
+def spawn_and_collect(worker: Any, cfg: Any, nprocs: int, prog: str) -> Any | None:
+    """Runs worker(rank, cfg, result_path) on `nprocs` spawned ranks; returns the JSON that
+    rank 0 wrote to result_path, or None (after saying why on stderr) if a rank failed."""
+    import json
+    import tempfile
+
+    import torch.multiprocessing as mp
+
+    set_rendezvous_env()
+    with tempfile.TemporaryDirectory(prefix=f"stragg-{prog}-") as tmp:
+        result_path = os.path.join(tmp, "result.json")
+        try:
+            mp.spawn(worker, args=(cfg, result_path), nprocs=nprocs, join=True)
+        except mp.ProcessRaisedException as e:
+            eprint(f"{prog}: a rank failed:\n{e}")
+            return None
+        except mp.ProcessExitedException as e:
+            eprint(f"{prog}: a rank died: {e}")
+            return None
+        with open(result_path) as f:
+            return json.load(f)
+
+
+def fit_ring_alpha_beta(
+    n: int, nbytes: list[int], times_s: list[float]
+) -> tuple[float, float] | None:
+    """alpha (s per round) and beta (s per byte) of the Ring schedule's alpha-beta model
+    (stragg.sim) that minimise the relative error against measured times; None if unavailable."""
+    try:
+        import numpy as np
+        import stragg.schedule
+        import stragg.sim
+    except ImportError:
+        return None
+    pairs = [(b, t) for b, t in zip(nbytes, times_s) if t > 0]
+    if not pairs or n < 2:
+        return None
+    ring = stragg.schedule.build("ring", n)
+    # The model is linear in (alpha, beta): time = alpha * A(S) + beta * B(S).
+    rows = [
+        (
+            stragg.sim.simulate(ring, b, 1.0, 0.0).time / t,
+            stragg.sim.simulate(ring, b, 0.0, 1.0).time / t,
+        )
+        for b, t in pairs
+    ]
+    (alpha, beta), *_ = np.linalg.lstsq(np.array(rows), np.ones(len(rows)), rcond=None)
+    alpha, beta = max(float(alpha), 0.0), max(float(beta), 0.0)
+    if alpha == 0.0 and beta == 0.0:
+        return None
+    return alpha, beta

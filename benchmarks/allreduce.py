@@ -33,7 +33,6 @@ import json
 import math
 import os
 import sys
-import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -41,7 +40,6 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import (
@@ -50,11 +48,12 @@ from _common import (
     bus_factor,
     default_sizes,
     eprint,
+    fit_ring_alpha_beta,
     import_stragg,
     make_data,
     mismatch_detail,
     parse_sizes,
-    set_rendezvous_env,
+    spawn_and_collect,
     stragg_stats,
 )
 
@@ -386,19 +385,9 @@ def main(argv: list[str] | None = None) -> int:
         json=args.json,
         stragg_note=note,
     )
-    set_rendezvous_env()
-    with tempfile.TemporaryDirectory(prefix="stragg-bench-") as tmp:
-        result_path = os.path.join(tmp, "rows.json")
-        try:
-            mp.spawn(worker, args=(cfg, result_path), nprocs=cfg.ranks, join=True)
-        except mp.ProcessRaisedException as e:
-            eprint(f"allreduce.py: a rank failed:\n{e}")
-            return 1
-        except mp.ProcessExitedException as e:
-            eprint(f"allreduce.py: a rank died: {e}")
-            return 1
-        with open(result_path) as f:
-            rows = json.load(f)
+    rows = spawn_and_collect(worker, cfg, cfg.ranks, "allreduce.py")
+    if rows is None:
+        return 1
     model = _ring_model(rows, cfg.ranks)
     if args.json:
         print(json.dumps(rows))
@@ -408,34 +397,19 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _ring_model(rows: list[dict[str, Any]], n: int) -> dict[str, float] | None:
-    """Fits the alpha-beta cost model of stragg's Ring schedule to the stragg rows.
-
-    alpha (per-round latency) and beta (seconds per byte) minimise the relative error of
-    stragg.sim.simulate(ring) over all sizes; each stragg row gains "model_time_s".
-    """
-    try:
-        import numpy as np
-        import stragg.schedule
-        import stragg.sim
-    except ImportError:
-        return None
+    """Fits the Ring alpha-beta model (stragg.sim) to the stragg rows; each gains
+    "model_time_s"."""
     mine = [r for r in rows if r["backend"] == "stragg"]
-    if len(mine) < 2 or n < 2:
+    fit = fit_ring_alpha_beta(n, [r["bytes"] for r in mine], [r["time_s"] for r in mine])
+    if fit is None:
         return None
+    import stragg.schedule
+    import stragg.sim
+
+    alpha, beta = fit
     ring = stragg.schedule.build("ring", n)
-    # The model is linear in (alpha, beta): time = alpha * A(S) + beta * B(S).
-    basis = [
-        (
-            stragg.sim.simulate(ring, r["bytes"], 1.0, 0.0).time,
-            stragg.sim.simulate(ring, r["bytes"], 0.0, 1.0).time,
-        )
-        for r in mine
-    ]
-    a = np.array([[x / r["time_s"], y / r["time_s"]] for (x, y), r in zip(basis, mine)])
-    (alpha, beta), *_ = np.linalg.lstsq(a, np.ones(len(mine)), rcond=None)
-    alpha, beta = max(float(alpha), 0.0), max(float(beta), 0.0)
-    for (x, y), r in zip(basis, mine):
-        r["model_time_s"] = alpha * x + beta * y
+    for r in mine:
+        r["model_time_s"] = stragg.sim.simulate(ring, r["bytes"], alpha, beta).time
     return {"alpha_s": alpha, "beta_s_per_byte": beta}
 
 

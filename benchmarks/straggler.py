@@ -64,7 +64,6 @@ import math
 import os
 import re
 import sys
-import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -72,18 +71,18 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import (
     ELEM,
     Stats,
     eprint,
+    fit_ring_alpha_beta,
     import_stragg,
     make_data,
     mismatch_detail,
     parse_sizes,
-    set_rendezvous_env,
+    spawn_and_collect,
     stragg_stats,
 )
 
@@ -404,29 +403,11 @@ def worker(rank: int, cfg: Config, result_path: str) -> None:
 
 def fit_ring_model(rows: list[dict[str, Any]], n: int) -> dict[str, float] | None:
     """alpha, beta minimising the relative error of simulate(ring) vs the stragg-ring rows."""
-    import numpy as np
-    import stragg.schedule
-    import stragg.sim
-
-    ring_rows = [r for r in rows if r["algo"] == RING and r["post_arrival_s"] > 0]
-    if not ring_rows:
-        return None
-    ring = stragg.schedule.build("ring", n)
-    basis = [
-        (
-            stragg.sim.simulate(ring, r["bytes"], 1.0, 0.0).time,
-            stragg.sim.simulate(ring, r["bytes"], 0.0, 1.0).time,
-        )
-        for r in ring_rows
-    ]
-    a = np.array(
-        [[x / r["post_arrival_s"], y / r["post_arrival_s"]] for (x, y), r in zip(basis, ring_rows)]
+    ring_rows = [r for r in rows if r["algo"] == RING]
+    fit = fit_ring_alpha_beta(
+        n, [r["bytes"] for r in ring_rows], [r["post_arrival_s"] for r in ring_rows]
     )
-    (alpha, beta), *_ = np.linalg.lstsq(a, np.ones(len(ring_rows)), rcond=None)
-    alpha, beta = max(float(alpha), 0.0), max(float(beta), 0.0)
-    if alpha == 0.0 and beta == 0.0:
-        return None
-    return {"alpha_s": alpha, "beta_s_per_byte": beta}
+    return None if fit is None else {"alpha_s": fit[0], "beta_s_per_byte": fit[1]}
 
 
 def _dynamic_window_s() -> float | None:
@@ -756,20 +737,10 @@ def main(argv: list[str] | None = None) -> int:
             f"straggler.py: note: {cfg.ranks} ranks on {os.cpu_count()} CPUs: oversubscribed, "
             "expect noise (the straggler sleeps, freeing a CPU while it is late)"
         )
-    set_rendezvous_env()
     t_run = time.monotonic()
-    with tempfile.TemporaryDirectory(prefix="stragg-straggler-") as tmp:
-        result_path = os.path.join(tmp, "rows.json")
-        try:
-            mp.spawn(worker, args=(cfg, result_path), nprocs=cfg.ranks, join=True)
-        except mp.ProcessRaisedException as e:
-            eprint(f"straggler.py: a rank failed:\n{e}")
-            return 1
-        except mp.ProcessExitedException as e:
-            eprint(f"straggler.py: a rank died: {e}")
-            return 1
-        with open(result_path) as f:
-            doc = json.load(f)
+    doc = spawn_and_collect(worker, cfg, cfg.ranks, "straggler.py")
+    if doc is None:
+        return 1
     rows, notes = doc["rows"], doc["notes"]
     model = fit_ring_model(rows, cfg.ranks)
     apply_model(rows, cfg.ranks, cfg.straggler, model)
