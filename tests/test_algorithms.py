@@ -35,6 +35,12 @@ def _check_all_sizes(rank: int, ws: int, sleep_rank: int) -> dict[str, Any]:
         dist.all_reduce(t64, op=dist.ReduceOp.MAX)
         assert torch.equal(t64, torch.arange(numel, dtype=torch.float64) * ws)
         digests.append(h.digest(t64))
+        # Signed zeros: min(-0, +0) must come out the same on every rank, whichever side of an
+        # exchange reduces it.
+        z = torch.zeros(numel) * (-1.0 if rank % 2 else 1.0)
+        dist.all_reduce(z, op=dist.ReduceOp.MIN)
+        assert torch.equal(z, torch.zeros(numel))
+        digests.append(h.digest(z))
     stats = h.backend_stats()
     return {"digests": digests, "algorithm": stats["algorithm"], "calls": stats["allreduce_calls"]}
 
@@ -46,7 +52,7 @@ def test_every_algorithm_is_exact_and_identical(algo: str, ws: int) -> None:
     assert all(r.ok for r in res), res.describe()
     values = res.values()
     assert all(v["algorithm"] == algo for v in values), values
-    assert all(v["calls"] == 2 * len(SIZES) for v in values), values
+    assert all(v["calls"] == 3 * len(SIZES) for v in values), values
     assert all(v["digests"] == values[0]["digests"] for v in values), "ranks differ bitwise"
 
 

@@ -20,6 +20,7 @@
 //    NaN keeping the sign and the top 7 payload bits.
 #include "runtime/reduce.h"
 
+#include <cmath>
 #include <cstring>
 #include <string>
 #include <type_traits>
@@ -171,13 +172,16 @@ struct OpProd {
 };
 
 // NaN-propagating like torch.minimum/maximum: if a is NaN the result is a, else if b is NaN it is b.
+// Signed zeros are ordered (min(-0, +0) = -0, max(-0, +0) = +0) so that the result does not depend
+// on the operand order: schedules where two ranks reduce the same pair from opposite sides
+// (StragglAR's straggler exchange) must still end with bitwise identical data.
 struct OpMin {
   template <class T>
   static STRAGG_INLINE T apply(T a, T b) {
     if constexpr (std::is_integral_v<T>) {
       return a < b ? a : b;
     } else {
-      return (a < b || a != a) ? a : b;
+      return (a < b || a != a || (a == b && std::signbit(a))) ? a : b;
     }
   }
 };
@@ -188,7 +192,7 @@ struct OpMax {
     if constexpr (std::is_integral_v<T>) {
       return a > b ? a : b;
     } else {
-      return (a > b || a != a) ? a : b;
+      return (a > b || a != a || (a == b && !std::signbit(a))) ? a : b;
     }
   }
 };
@@ -451,15 +455,23 @@ struct VSum {
 struct VProd {
   STRAGG_AVX2_INLINE __m256 operator()(__m256 a, __m256 b) const { return _mm256_mul_ps(a, b); }
 };
-struct VMin {  // (a < b || isnan(a)) ? a : b, exactly as OpMin
+// All-ones lanes where a's sign bit is set.
+STRAGG_AVX2_INLINE __m256 sign_mask(__m256 a) {
+  return _mm256_castsi256_ps(_mm256_srai_epi32(_mm256_castps_si256(a), 31));
+}
+struct VMin {  // (a < b || isnan(a) || (a == b && signbit(a))) ? a : b, exactly as OpMin
   STRAGG_AVX2_INLINE __m256 operator()(__m256 a, __m256 b) const {
-    const __m256 take_a = _mm256_or_ps(_mm256_cmp_ps(a, b, _CMP_LT_OQ), _mm256_cmp_ps(a, a, _CMP_UNORD_Q));
+    const __m256 eq_neg = _mm256_and_ps(_mm256_cmp_ps(a, b, _CMP_EQ_OQ), sign_mask(a));
+    const __m256 take_a = _mm256_or_ps(
+        _mm256_or_ps(_mm256_cmp_ps(a, b, _CMP_LT_OQ), _mm256_cmp_ps(a, a, _CMP_UNORD_Q)), eq_neg);
     return _mm256_blendv_ps(b, a, take_a);
   }
 };
-struct VMax {  // (a > b || isnan(a)) ? a : b, exactly as OpMax
+struct VMax {  // (a > b || isnan(a) || (a == b && !signbit(a))) ? a : b, exactly as OpMax
   STRAGG_AVX2_INLINE __m256 operator()(__m256 a, __m256 b) const {
-    const __m256 take_a = _mm256_or_ps(_mm256_cmp_ps(a, b, _CMP_GT_OQ), _mm256_cmp_ps(a, a, _CMP_UNORD_Q));
+    const __m256 eq_pos = _mm256_andnot_ps(sign_mask(a), _mm256_cmp_ps(a, b, _CMP_EQ_OQ));
+    const __m256 take_a = _mm256_or_ps(
+        _mm256_or_ps(_mm256_cmp_ps(a, b, _CMP_GT_OQ), _mm256_cmp_ps(a, a, _CMP_UNORD_Q)), eq_pos);
     return _mm256_blendv_ps(b, a, take_a);
   }
 };

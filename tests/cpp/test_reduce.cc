@@ -147,10 +147,12 @@ F ref_float_op(ReduceOp op, F a, F b) {
     case ReduceOp::Min:
       if (std::isnan(a)) return a;
       if (std::isnan(b)) return b;
+      if (a == b) return std::signbit(a) ? a : b;  // min(-0, +0) = -0 either way round
       return a < b ? a : b;
     case ReduceOp::Max:
       if (std::isnan(a)) return a;
       if (std::isnan(b)) return b;
+      if (a == b) return std::signbit(a) ? b : a;  // max(-0, +0) = +0 either way round
       return a > b ? a : b;
     default: ADD_FAILURE() << "bitwise op on float"; return a;
   }
@@ -620,6 +622,42 @@ TEST(Reduce, Deterministic) {
 
 // ------------------------------------------------------------------------------------------------
 // Specific semantics
+
+// Two ranks may reduce the same pair from opposite sides (StragglAR's straggler exchange):
+// min/max must not depend on the operand order, signed zeros included.
+TEST(Reduce, FloatMinMaxAreCommutativeOnSignedZeros) {
+  for (int isa : available_isas()) {
+    for (DType t : {DType::Float32, DType::Float64, DType::Float16, DType::BFloat16}) {
+      for (ReduceOp op : {ReduceOp::Min, ReduceOp::Max}) {
+        // 17 lanes so the vector body and the scalar tail both see the case.
+        const size_t n = 17;
+        const size_t es = dtype_size(t);
+        std::vector<uint8_t> neg(n * es), pos(n * es);
+        for (size_t i = 0; i < n; ++i) {
+          if (t == DType::Float32) {
+            float a = -0.0f, b = 0.0f;
+            std::memcpy(&neg[i * es], &a, es);
+            std::memcpy(&pos[i * es], &b, es);
+          } else if (t == DType::Float64) {
+            double a = -0.0, b = 0.0;
+            std::memcpy(&neg[i * es], &a, es);
+            std::memcpy(&pos[i * es], &b, es);
+          } else {
+            uint16_t a = 0x8000, b = 0x0000;
+            std::memcpy(&neg[i * es], &a, es);
+            std::memcpy(&pos[i * es], &b, es);
+          }
+        }
+        std::vector<uint8_t> r1 = neg, r2 = pos;
+        stragg::detail::reduce_into_isa(isa, t, op, r1.data(), pos.data(), n);
+        stragg::detail::reduce_into_isa(isa, t, op, r2.data(), neg.data(), n);
+        EXPECT_EQ(r1, r2) << dtype_name(t) << " " << reduce_op_name(op) << " isa " << isa;
+        // min(-0, +0) = -0 and max(-0, +0) = +0.
+        EXPECT_EQ(r1, op == ReduceOp::Min ? neg : pos) << dtype_name(t) << " isa " << isa;
+      }
+    }
+  }
+}
 
 TEST(Reduce, FloatMinMaxPropagateNaN) {
   for (int isa : available_isas()) {
