@@ -11,14 +11,13 @@
 #include "runtime/ring_plan.h"
 #include "runtime/shm_transport.h"
 #include "test_util.h"
+#include "transport_checks.h"
 
 namespace stragg {
 namespace {
 
 using testing::InMemoryRendezvous;
 using testing::run_ranks;
-
-float input_value(int rank, size_t i) { return static_cast<float>((rank + 1) * 0.5 + (i % 97) * 0.25); }
 
 TEST(RingPlan, ChunksCoverTheBufferExactlyOnce) {
   for (int parts : {1, 2, 3, 7}) {
@@ -49,34 +48,12 @@ class RingAllreduce : public ::testing::TestWithParam<Case> {};
 
 TEST_P(RingAllreduce, SumMatchesReferenceAndIsBitwiseIdentical) {
   const Case c = GetParam();
-  InMemoryRendezvous rdv;
   ShmOptions opt;
   opt.slot_bytes = 8192;  // small slots: large cases stream through many pieces
   opt.num_slots = 3;
-  std::vector<std::vector<float>> out(c.size);
-  run_ranks(c.size, [&](int r) {
-    ShmTransport t(rdv, "ring", r, c.size, opt);
-    Executor ex(t);
-    std::vector<float> buf(c.numel);
-    for (size_t i = 0; i < c.numel; ++i) buf[i] = input_value(r, i);
-    for (uint64_t seq = 0; seq < 2; ++seq) {  // twice: state carries over between collectives
-      std::vector<float> work = buf;
-      CollectiveSpec spec;
-      spec.seq = seq;
-      spec.numel = c.numel;
-      ex.run(ring_allreduce_plan(r, c.size, c.numel), spec, work.data(), std::chrono::seconds(30));
-      out[r] = work;
-    }
+  testing::check_ring_allreduce(c.size, c.numel, [&](Rendezvous& rdv, int r, int n) {
+    return std::make_unique<ShmTransport>(rdv, "ring", r, n, opt);
   });
-  for (size_t i = 0; i < c.numel; ++i) {
-    double ref = 0;
-    for (int r = 0; r < c.size; ++r) ref += input_value(r, i);
-    ASSERT_NEAR(out[0][i], ref, 1e-4 * std::fabs(ref) + 1e-5) << "element " << i;
-  }
-  for (int r = 1; r < c.size; ++r) {
-    ASSERT_EQ(0, std::memcmp(out[r].data(), out[0].data(), c.numel * sizeof(float)))
-        << "rank " << r << " differs from rank 0";
-  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Sizes, RingAllreduce,
@@ -85,26 +62,9 @@ INSTANTIATE_TEST_SUITE_P(Sizes, RingAllreduce,
                                            Case{5, 7}, Case{8, 40000}));
 
 TEST(Executor, MismatchedNumelRaisesOnEveryRank) {
-  InMemoryRendezvous rdv;
-  const int n = 4;
-  std::vector<std::string> errors(n);
-  run_ranks(n, [&](int r) {
-    ShmTransport t(rdv, "mm", r, n, ShmOptions{});
-    Executor ex(t);
-    const size_t numel = (r == 2) ? 100 : 200;
-    std::vector<float> buf(numel, 1.0f);
-    CollectiveSpec spec;
-    spec.numel = numel;
-    try {
-      ex.run(ring_allreduce_plan(r, n, numel), spec, buf.data(), std::chrono::seconds(20));
-    } catch (const Error& e) {
-      errors[r] = e.what();
-    }
+  testing::check_numel_mismatch_raises_everywhere(4, [](Rendezvous& rdv, int r, int n) {
+    return std::make_unique<ShmTransport>(rdv, "mm", r, n, ShmOptions{});
   });
-  for (int r = 0; r < n; ++r) {
-    EXPECT_NE(errors[r].find("mismatch"), std::string::npos) << "rank " << r << ": " << errors[r];
-    EXPECT_NE(errors[r].find("numel"), std::string::npos) << "rank " << r << ": " << errors[r];
-  }
 }
 
 TEST(Executor, MismatchedDtypeAndOpAreNamed) {

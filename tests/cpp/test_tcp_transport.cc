@@ -27,6 +27,7 @@
 #include "runtime/ring_plan.h"
 #include "runtime/tcp_transport.h"
 #include "test_util.h"
+#include "transport_checks.h"
 
 namespace stragg {
 namespace {
@@ -514,10 +515,6 @@ TEST(TcpTransport, ClosedPeerIsReportedDeadAtOnce) {
 // ------------------------------------------------------------------------------------------------
 // Ring all_reduce through the executor
 
-float input_value(int rank, size_t i) {
-  return static_cast<float>((rank + 1) * 0.5 + (i % 97) * 0.25 + (i % 13) * 1e-3);
-}
-
 struct RingCase {
   int size;
   size_t numel;
@@ -527,42 +524,11 @@ class TcpRingAllreduce : public ::testing::TestWithParam<RingCase> {};
 
 TEST_P(TcpRingAllreduce, SumMatchesReferenceAndIsBitwiseIdentical) {
   const RingCase c = GetParam();
-  InMemoryRendezvous rdv;
   TcpOptions opt;
   opt.staging_bytes = 8192;  // small staging: large cases stream through many pieces
-  std::vector<std::vector<float>> out(c.size);
-  std::vector<std::string> errors(c.size);
-  run_ranks(c.size, [&](int r) {
-    try {
-      TcpTransport t(rdv, "ring", r, c.size, opt);
-      Executor ex(t);
-      std::vector<float> buf(c.numel);
-      for (size_t i = 0; i < c.numel; ++i) buf[i] = input_value(r, i);
-      for (uint64_t seq = 0; seq < 2; ++seq) {  // twice: state carries over between collectives
-        std::vector<float> work = buf;
-        CollectiveSpec spec;
-        spec.seq = seq;
-        spec.numel = c.numel;
-        ex.run(ring_allreduce_plan(r, c.size, c.numel), spec, work.data(),
-               std::chrono::seconds(60));
-        out[r] = work;
-      }
-    } catch (const std::exception& e) {
-      errors[r] = e.what();
-    }
+  testing::check_ring_allreduce(c.size, c.numel, [&](Rendezvous& rdv, int r, int n) {
+    return std::make_unique<TcpTransport>(rdv, "ring", r, n, opt);
   });
-  for (int r = 0; r < c.size; ++r) ASSERT_EQ(errors[r], "") << "rank " << r;
-  for (size_t i = 0; i < c.numel; ++i) {
-    double ref = 0;
-    for (int r = 0; r < c.size; ++r) ref += input_value(r, i);
-    ASSERT_NEAR(out[0][i], ref, 1e-4 * std::fabs(ref) + 1e-5) << "element " << i;
-  }
-  for (int r = 1; r < c.size; ++r) {
-    ASSERT_EQ(out[r].size(), c.numel);
-    if (c.numel == 0) continue;
-    ASSERT_EQ(0, std::memcmp(out[r].data(), out[0].data(), c.numel * sizeof(float)))
-        << "rank " << r << " differs from rank 0";
-  }
 }
 
 INSTANTIATE_TEST_SUITE_P(
@@ -575,26 +541,9 @@ INSTANTIATE_TEST_SUITE_P(
     });
 
 TEST(TcpExecutor, MismatchedNumelRaisesOnEveryRank) {
-  InMemoryRendezvous rdv;
-  const int n = 3;
-  std::vector<std::string> errors(n);
-  run_ranks(n, [&](int r) {
-    TcpTransport t(rdv, "mm", r, n, TcpOptions{});
-    Executor ex(t);
-    const size_t numel = (r == 2) ? 100 : 200;
-    std::vector<float> buf(numel, 1.0f);
-    CollectiveSpec spec;
-    spec.numel = numel;
-    try {
-      ex.run(ring_allreduce_plan(r, n, numel), spec, buf.data(), std::chrono::seconds(20));
-    } catch (const Error& e) {
-      errors[r] = e.what();
-    }
+  testing::check_numel_mismatch_raises_everywhere(3, [](Rendezvous& rdv, int r, int n) {
+    return std::make_unique<TcpTransport>(rdv, "mm", r, n, TcpOptions{});
   });
-  for (int r = 0; r < n; ++r) {
-    EXPECT_NE(errors[r].find("mismatch"), std::string::npos) << "rank " << r << ": " << errors[r];
-    EXPECT_NE(errors[r].find("numel"), std::string::npos) << "rank " << r << ": " << errors[r];
-  }
 }
 
 TEST(TcpExecutor, TimeoutNamesTheRankThatNeverArrived) {
