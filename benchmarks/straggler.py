@@ -174,9 +174,12 @@ def _wait_until(deadline: float) -> None:
 def _new_stragg_group(algo: str, straggler: int, timeout: datetime.timedelta) -> Any:
     """dist.new_group(backend="stragg") with STRAGG_ALGO/STRAGG_STRAGGLER set for this group only."""
     env_algo, env_straggler = STRAGG_ENV[algo]
-    saved = {k: os.environ.get(k) for k in ("STRAGG_ALGO", "STRAGG_STRAGGLER")}
+    saved = {k: os.environ.get(k) for k in ("STRAGG_ALGO", "STRAGG_STRAGGLER", "STRAGG_PROFILE")}
     os.environ["STRAGG_ALGO"] = env_algo
     os.environ["STRAGG_STRAGGLER"] = str(straggler) if env_straggler is None else env_straggler
+    # The fixed-algorithm groups are measured without the profiler's exchanges and link probes;
+    # the dynamic group keeps it: its wait-or-proceed window learns from the recent delays.
+    os.environ["STRAGG_PROFILE"] = "1" if algo == DYNAMIC else "0"
     try:
         return dist.new_group(backend="stragg", timeout=timeout)
     finally:
@@ -261,12 +264,17 @@ def worker(rank: int, cfg: Config, result_path: str) -> None:
         t_end = time.monotonic()
         issued[algo] += 1
         agreed = -3.0  # not dynamic
+        window = agreement = -1.0
         if algo == DYNAMIC:  # which straggler the ranks agreed on (-1: none, plain Ring)
             agreed = float(stragg_stats(stragg_mod, g).get("last_straggler", -4))
+            last_call = stragg_mod.recent_calls(g)[-1]
+            window = float(last_call.get("window_s", -1.0))
+            agreement = float(last_call.get("agreement_s", -1.0))
         local_bad = check and not torch.equal(buf, expected)
-        rec = torch.zeros(n, 5, dtype=torch.float64)
+        rec = torch.zeros(n, 7, dtype=torch.float64)
         rec[rank] = torch.tensor(
-            [t0, ta, t_end, 1.0 if local_bad else 0.0, agreed], dtype=torch.float64
+            [t0, ta, t_end, 1.0 if local_bad else 0.0, agreed, window, agreement],
+            dtype=torch.float64,
         )
         dist.all_reduce(rec, op=dist.ReduceOp.SUM, group=ctrl)  # = all_gather of the rows
         bad_ranks = [r for r in range(n) if rec[r, 3] > 0]
@@ -295,6 +303,10 @@ def worker(rank: int, cfg: Config, result_path: str) -> None:
             "start_skew": float(rec[:, 0].max() - rec[:, 0].min()),
             # agreed straggler if all ranks agree, else -5
             "agreed": float(rec[0, 4]) if bool((rec[:, 4] == rec[0, 4]).all()) else -5.0,
+            # dynamic: the wait-or-proceed window used, and the agreement protocol's cost on the
+            # rank that arrived last (it waits for nobody: a few small messages)
+            "window": float(rec[0, 5]),
+            "protocol": float(rec[s, 6]),
         }
 
     rows: list[dict[str, Any]] = []
@@ -363,6 +375,11 @@ def worker(rank: int, cfg: Config, result_path: str) -> None:
                 if a == DYNAMIC:
                     ag = [int(x["agreed"]) for x in samples[a]]
                     row["dynamic_agreed_straggler"] = {str(v): ag.count(v) for v in sorted(set(ag))}
+                    row["dynamic_window_s"] = Stats.of([x["window"] for x in samples[a]]).median
+                    proto = Stats.of([x["protocol"] for x in samples[a]])
+                    row["protocol_s"] = proto.median
+                    row["protocol_min_s"] = proto.minimum
+                    row["protocol_max_s"] = proto.maximum
                 rows.append(row)
                 if rank == 0:
                     eprint(
@@ -418,7 +435,7 @@ def _dynamic_window_s() -> float | None:
         us = backend_config().get("dynamic_window_us")
     except (ImportError, ValueError):
         return None
-    return None if us is None else float(us) * 1e-6
+    return None if us is None or us < 0 else float(us) * 1e-6
 
 
 def apply_model(
@@ -431,13 +448,13 @@ def apply_model(
     import stragg.sim
 
     alpha, beta = model["alpha_s"], model["beta_s_per_byte"]
-    window = _dynamic_window_s()
     ring = stragg.schedule.build("ring", n)
     sg = stragg.schedule.build("stragglar", n, straggler=straggler)
     for r in rows:
         r["alpha_s"], r["beta_s_per_byte"] = alpha, beta
         nb = r["bytes"]
         arrival = max(r["arrival_s"], 0.0)
+        window = r.get("dynamic_window_s")  # the window the dynamic group used (median)
         if r["algo"] == RING:
             t = stragg.sim.simulate(ring, nb, alpha, beta).time
             r["model_post_arrival_s"] = t
@@ -458,8 +475,6 @@ def apply_model(
                     sg, nb, alpha, beta, straggler_delay=0.0
                 ).time
             r["model_pre_arrival_s"] = res.pre_arrival_time
-        if r["algo"] == DYNAMIC and window is not None:
-            r["dynamic_window_s"] = window
 
 
 def add_ratios(rows: list[dict[str, Any]]) -> None:
@@ -522,12 +537,29 @@ def print_table(
             f" GB/s; model post = simulate(..., straggler_delay=arrival).time - arrival"
         )
     window = _dynamic_window_s()
-    if DYNAMIC in {r["algo"] for r in rows} and window is not None:
-        print(
-            f"# {DYNAMIC}: STRAGG_STRAGGLER=dynamic, agreement window {window * 1e3:g} ms "
-            "(the early ranks wait that long for the last one, then run StragglAR without it; "
-            "all in the window: plain Ring); 'agreed R:k' = straggler R agreed in k iterations"
+    dyn = [r for r in rows if r["algo"] == DYNAMIC]
+    if dyn:
+        how = (
+            f"{window * 1e3:g} ms (STRAGG_DYNAMIC_WINDOW_US)"
+            if window is not None
+            else "from the cost model per call (break-even: StragglAR's critical delay, or "
+            "50 us once the recent straggler delays exceed it)"
         )
+        print(
+            f"# {DYNAMIC}: STRAGG_STRAGGLER=dynamic, agreement window {how}: the early ranks "
+            "wait that long for the last one, then run StragglAR without it; all in the window: "
+            "plain Ring. 'agreed R:k' = straggler R agreed in k iterations"
+        )
+        print(
+            f"# {DYNAMIC}: arrival protocol cost (agreement time on the rank that arrives last, "
+            "median [min, max]) and window used, per size/delay:"
+        )
+        for r in dyn:
+            print(
+                f"#   {r['bytes'] / 2**20:6.3g} MiB D {r['delay_s'] * 1e3:8.3f} ms: protocol "
+                f"{r['protocol_s'] * 1e6:7.1f} us [{r['protocol_min_s'] * 1e6:.1f}, "
+                f"{r['protocol_max_s'] * 1e6:.1f}], window {r['dynamic_window_s'] * 1e3:.3f} ms"
+            )
     reps = sum(r.get("late_repeats", 0) for r in rows)
     print(
         f"# late starts: {reps} measured iterations repeated because a rank started more than "

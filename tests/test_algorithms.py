@@ -7,6 +7,7 @@ summation order is exact), bitwise identical on every rank, and run on stragg's 
 from __future__ import annotations
 
 import os
+import random
 import time
 from typing import Any
 
@@ -105,19 +106,25 @@ def _dynamic(rank: int, ws: int, late_ranks: list[int]) -> dict[str, Any]:
     return {"digests": digests, "stats": h.backend_stats(), "calls": stragg.recent_calls()}
 
 
-def test_dynamic_straggler_follows_whoever_is_late() -> None:
-    late_ranks = [2, 2, 0, 3]
+@pytest.mark.parametrize("transport", ["shm", "tcp"])
+def test_dynamic_straggler_follows_whoever_is_late(transport: str) -> None:
+    # The late rank is drawn at random per iteration (seeded, so a failure can be replayed).
+    late_ranks = [2, *random.Random(20261121).choices(range(4), k=4)]
     res = h.run_ranks(
         4,
         _dynamic,
         late_ranks,
-        env={"STRAGG_STRAGGLER": "dynamic", "STRAGG_DYNAMIC_WINDOW_US": "2000"},
+        env={
+            "STRAGG_STRAGGLER": "dynamic",
+            "STRAGG_DYNAMIC_WINDOW_US": "2000",
+            "STRAGG_TRANSPORT": transport,
+        },
     )
     assert all(r.ok for r in res), res.describe()
     values = res.values()
     assert all(v["digests"] == values[0]["digests"] for v in values), "ranks differ bitwise"
     for rank, v in enumerate(values):
-        assert v["stats"]["algorithm"] == "stragglar"
+        assert v["stats"]["algorithm"] == "auto" and v["stats"]["transport"] == transport
         assert v["stats"]["dynamic_straggler_calls"] == 2 * len(late_ranks)
         calls = v["calls"]
         assert [c["seq"] for c in calls] == list(range(2 * len(late_ranks)))
@@ -127,6 +134,35 @@ def test_dynamic_straggler_follows_whoever_is_late() -> None:
             assert 0.0 <= c["wait_s"] <= c["run_s"] and c["pre_arrival_s"] <= c["run_s"]
             # Early ranks do the pre-arrival reduce-scatter; the straggler has none.
             assert (c["pre_arrival_s"] > 0) == (c["straggler"] != rank), (rank, c)
+
+
+def _dynamic_auto_window(rank: int, ws: int) -> dict[str, Any]:
+    import stragg
+
+    backend = dist.distributed_c10d._get_default_group()._get_backend(torch.device("cpu"))
+    windows = []
+    for numel in (1024, 1 << 20):
+        for it in range(3):
+            t = torch.full((numel,), float(rank))
+            if rank == it % ws:
+                time.sleep(0.05)
+            dist.all_reduce(t)
+            assert torch.equal(t, torch.full((numel,), float(ws * (ws - 1) / 2)))
+        windows.append(backend.dynamic_window_s(numel * 4))
+    return {"calls": stragg.recent_calls(), "windows": windows}
+
+
+def test_dynamic_window_from_the_cost_model() -> None:
+    # STRAGG_DYNAMIC_WINDOW_US unset: the wait-or-proceed window is StragglAR's critical delay
+    # for the call's size (break-even), so it grows with the message.
+    res = h.run_ranks(3, _dynamic_auto_window, env={"STRAGG_STRAGGLER": "dynamic"})
+    assert all(r.ok for r in res), res.describe()
+    for v in res.values():
+        small, large = v["windows"]
+        assert 50e-6 <= small < large, v["windows"]
+        calls = v["calls"]
+        assert [c["window_s"] for c in calls] == pytest.approx([small] * 3 + [large] * 3, rel=1e-6)
+        assert all(c["straggler"] == i % 3 for i, c in enumerate(calls)), calls
 
 
 def test_dynamic_straggler_needs_stragglar() -> None:

@@ -26,6 +26,22 @@ stragg::BackendConfig config_from_dict(const py::dict& d) {
   if (d.contains("dynamic_window_us")) {
     c.dynamic_window = std::chrono::microseconds(d["dynamic_window_us"].cast<int64_t>());
   }
+  if (d.contains("alpha_s")) c.planner.alpha_s = d["alpha_s"].cast<double>();
+  if (d.contains("beta_s_per_byte")) c.planner.beta_s_per_byte = d["beta_s_per_byte"].cast<double>();
+  auto& p = c.profiler;
+  if (d.contains("profile")) p.enabled = d["profile"].cast<bool>();
+  if (d.contains("profile_every")) p.exchange_every = d["profile_every"].cast<int>();
+  if (d.contains("profile_window")) p.window = d["profile_window"].cast<int>();
+  if (d.contains("profile_adopt_share")) p.adopt_share = d["profile_adopt_share"].cast<double>();
+  if (d.contains("profile_drop_share")) p.drop_share = d["profile_drop_share"].cast<double>();
+  if (d.contains("profile_patience")) p.patience = d["profile_patience"].cast<int>();
+  if (d.contains("profile_min_gain_s")) p.min_gain_s = d["profile_min_gain_s"].cast<double>();
+  if (d.contains("profile_noise_floor_s")) {
+    p.noise_floor_s = d["profile_noise_floor_s"].cast<double>();
+  }
+  if (d.contains("probe_every")) c.probe_every_exchanges = d["probe_every"].cast<int>();
+  if (d.contains("probe_messages")) c.probe_messages = d["probe_messages"].cast<int>();
+  if (d.contains("probe_bytes")) c.probe_bytes = d["probe_bytes"].cast<size_t>();
   return c;
 }
 
@@ -68,9 +84,85 @@ PYBIND11_MODULE(_C, m) {
           d["run_s"] = r.run_s;
           d["wait_s"] = r.wait_s;
           d["pre_arrival_s"] = r.pre_arrival_s;
+          d["window_s"] = r.window_s;
+          d["wire_seq"] = r.wire_seq;
           d["ok"] = r.ok;
           out.append(d);
         }
         return out;
+      })
+      .def("profiler_summary",
+           [](const stragg::StraggBackend& b) {
+             bool enabled = false;
+             stragg::ProfilerSummary s = b.profiler_summary(&enabled);
+             auto rank_or_none = [](int r) -> py::object {
+               return r >= 0 ? py::object(py::int_(r)) : py::object(py::none());
+             };
+             py::dict d;
+             d["enabled"] = enabled;
+             d["n"] = s.n;
+             d["calls"] = s.calls;
+             d["exchanges"] = s.exchanges;
+             d["straggler"] = rank_or_none(s.straggler);
+             d["candidate"] = rank_or_none(s.candidate);
+             d["candidate_share"] = s.candidate_share;
+             d["median_delay_s"] = s.median_delay_s;
+             d["critical_delay_s"] = s.critical_delay_s;
+             d["predicted_gain_s"] = s.predicted_gain_s;
+             d["last_counts"] = s.last_counts;
+             d["window_last_counts"] = s.window_last_counts;
+             d["delays_s"] = s.recent_delays_s;
+             d["last_ranks"] = s.recent_last;
+             py::list decisions;
+             for (const auto& dec : s.decisions) {
+               py::dict e;
+               e["call"] = dec.call;
+               e["straggler"] = rank_or_none(dec.straggler);
+               e["reason"] = dec.reason;
+               decisions.append(e);
+             }
+             d["decisions"] = decisions;
+             std::string source;
+             const stragg::LinkModel link = b.link_model(&source);
+             py::dict l;
+             l["alpha_s"] = link.alpha_s;
+             l["beta_s_per_byte"] = link.beta_s_per_byte;
+             l["source"] = source;
+             d["link"] = l;
+             const auto& st = b.profiler_settings();
+             py::dict set;
+             set["enabled"] = st.enabled;
+             set["every"] = st.exchange_every;
+             set["window"] = st.window;
+             set["adopt_share"] = st.adopt_share;
+             set["drop_share"] = st.drop_share;
+             set["patience"] = st.patience;
+             set["min_gain_s"] = st.min_gain_s;
+             set["noise_floor_s"] = st.noise_floor_s;
+             d["settings"] = set;
+             return d;
+           })
+      .def("measure_links", &stragg::StraggBackend::measure_links)
+      .def("link_matrix",
+           [](const stragg::StraggBackend& b) {
+             const int n = b.getSize();
+             const auto m = b.link_matrix();
+             py::list rows;
+             for (int i = 0; i < n; ++i) {
+               py::list row;
+               for (int j = 0; j < n; ++j) {
+                 const auto& l = m[static_cast<size_t>(i) * n + j];
+                 if (l.alpha_s < 0) {
+                   row.append(py::none());
+                 } else {
+                   row.append(py::make_tuple(l.alpha_s, l.beta_s_per_byte));
+                 }
+               }
+               rows.append(row);
+             }
+             return rows;
+           })
+      .def("dynamic_window_s", [](const stragg::StraggBackend& b, size_t bytes) {
+        return std::chrono::duration<double>(b.dynamic_window_for(bytes)).count();
       });
 }

@@ -2,13 +2,19 @@
 
 #include <c10/util/Exception.h>
 #include <c10/util/Logging.h>
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
+
+#include <algorithm>
 
 #include <sstream>
 
+#include "backend/store_arrival_board.h"
 #include "backend/store_rendezvous.h"
+#include "core/closed_forms.h"
 #include "runtime/error.h"
 #include "runtime/host_identity.h"
 #include "runtime/reduce.h"
+#include "runtime/ring_plan.h"
 
 namespace stragg {
 namespace {
@@ -35,7 +41,13 @@ std::exception_ptr as_dist_error(const std::exception& e) {
 StraggBackend::StraggBackend(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
                              std::chrono::milliseconds timeout, std::string group_name,
                              BackendConfig config)
-    : c10d::Backend(rank, size), group_name_(std::move(group_name)), timeout_(timeout) {
+    : c10d::Backend(rank, size),
+      group_name_(std::move(group_name)),
+      timeout_(timeout),
+      config_(config),
+      profiler_settings_(config.profiler) {
+  link_model_.alpha_s = config.planner.alpha_s;
+  link_model_.beta_s_per_byte = config.planner.beta_s_per_byte;
   const std::string& mode = config.transport;
   TORCH_CHECK(mode == "auto" || mode == "shm" || mode == "tcp" || mode == "gloo", "stragg: rank ",
               rank, ": unknown STRAGG_TRANSPORT '", mode, "' (expected auto, shm, tcp or gloo)");
@@ -106,15 +118,24 @@ StraggBackend::StraggBackend(const c10::intrusive_ptr<c10d::Store>& store, int r
       } catch (const Error& e) {
         C10_THROW_ERROR(ValueError, e.what());
       }
+      for (const auto& note : planner_->notes()) {
+        LOG(INFO) << "stragg: rank " << rank << " of group '" << group_name_ << "': " << note;
+      }
       if (planner_->dynamic() && transport_->arrival_board() == nullptr) {
-        C10_THROW_ERROR(ValueError, "stragg: rank " + std::to_string(rank) +
-                                        ": STRAGG_STRAGGLER=dynamic needs the shm transport (all "
-                                        "ranks on one host); this group uses " +
-                                        transport_->name());
+        // No shared-memory board (TCP across hosts): arrival tickets go through the store.
+        store_board_ = std::make_unique<StoreArrivalBoard>(
+            c10::make_intrusive<c10d::PrefixStore>("arrivals/", store), rank, size);
       }
       dynamic_window_ = config.dynamic_window;
       log_calls_ = config.log_calls;
       executor_ = std::make_unique<Executor>(*transport_);
+      if (profiler_settings_.enabled) {
+        try {
+          profiler_ = std::make_unique<StragglerProfiler>(size, profiler_settings_);
+        } catch (const Error& e) {
+          C10_THROW_ERROR(ValueError, e.what());
+        }
+      }
     } else {
       path_ = AllreducePath::Delegate;
     }
@@ -300,6 +321,18 @@ void StraggBackend::worker_loop() {
     }
     std::exception_ptr error;
     running_task_.store(true);
+    if (task.kind == TaskKind::LinkProbe) {
+      try {
+        run_link_probe(task);
+      } catch (const c10::Error&) {
+        error = std::current_exception();
+      } catch (const std::exception& e) {
+        error = as_dist_error(e);
+      }
+      running_task_.store(false);
+      task.work->complete(error);
+      continue;
+    }
     CallRecord record;
     record.seq = task.seq;
     record.numel = task.buffer.numel();
@@ -324,18 +357,101 @@ void StraggBackend::worker_loop() {
       LOG(INFO) << "stragg: rank " << getRank() << " group '" << group_name_ << "' all_reduce #"
                 << record.seq << " " << record.bytes << " B via " << record.algorithm
                 << " straggler " << record.straggler << ": queued " << record.queued_s * 1e6
-                << " us, agreement " << record.agreement_s * 1e6 << " us, run "
-                << record.run_s * 1e6 << " us (waiting " << record.wait_s * 1e6
-                << " us, pre-arrival " << record.pre_arrival_s * 1e6 << " us)"
-                << (record.ok ? "" : " FAILED");
+                << " us, agreement " << record.agreement_s * 1e6 << " us (window "
+                << record.window_s * 1e6 << " us), run " << record.run_s * 1e6 << " us (waiting "
+                << record.wait_s * 1e6 << " us, pre-arrival " << record.pre_arrival_s * 1e6
+                << " us)" << (record.ok ? "" : " FAILED");
     }
     {
       std::lock_guard<std::mutex> lock(history_mu_);
-      history_.push_back(std::move(record));
+      history_.push_back(record);
       if (history_.size() > kCallHistory) history_.pop_front();
       if (executor_) executor_totals_ = executor_->stats();
     }
     task.work->complete(error);
+    // After completing the call, so the user does not wait for it; every rank does it after the
+    // same call, so the exchange's sequence number matches everywhere.
+    if (!error && executor_ && profiler_) {
+      internal_running_.store(true);
+      try {
+        profile_call(record);
+      } catch (const std::exception& e) {
+        // The group is aborted by the executor on failure; the next call reports it.
+        LOG(WARNING) << "stragg: rank " << getRank() << ": profiler exchange failed, profiling "
+                     << "stops: " << e.what();
+        std::lock_guard<std::mutex> lock(profiler_mu_);
+        profiler_.reset();
+        profiled_straggler_.store(-1);
+      }
+      internal_running_.store(false);
+    }
+  }
+}
+
+CollectiveSpec StraggBackend::internal_spec(const char* name, DType dtype, size_t numel) {
+  CollectiveSpec spec;
+  spec.op_name = name;
+  spec.seq = wire_seq_++;
+  spec.dtype = dtype;
+  spec.op = ReduceOp::Sum;
+  spec.numel = numel;
+  return spec;
+}
+
+void StraggBackend::profile_call(const CallRecord& record) {
+  const uint64_t call = executor_calls_++;
+  if (batch_durations_.empty()) batch_first_call_ = call;
+  batch_durations_.push_back(record.agreement_s + record.run_s);
+  batch_bytes_.push_back(record.bytes);
+  if (static_cast<int>(batch_durations_.size()) >= profiler_settings_.exchange_every) {
+    profile_exchange();
+  }
+}
+
+void StraggBackend::profile_exchange() {
+  const int n = getSize();
+  const int rank = getRank();
+  const int k = static_cast<int>(batch_durations_.size());
+  // All-gather through a sum: every rank fills its own row, zeros elsewhere (x + 0 is exact).
+  std::vector<double> all(static_cast<size_t>(n) * k, 0.0);
+  std::copy(batch_durations_.begin(), batch_durations_.end(), all.begin() + rank * k);
+  CollectiveSpec spec = internal_spec("profiler exchange", DType::Float64, all.size());
+  executor_->run(ring_allreduce_plan(rank, n, all.size()), spec, all.data(), timeout_);
+  const std::vector<int64_t> bytes = std::move(batch_bytes_);
+  batch_durations_.clear();
+  batch_bytes_.clear();
+
+  uint64_t exchanges = 0;
+  {
+    std::lock_guard<std::mutex> lock(profiler_mu_);
+    exchanges = profiler_->summary().exchanges;
+  }
+  // Link probes: before the first decision (so it uses measured alpha/beta), then periodically.
+  if (config_.probe_every_exchanges > 0 && exchanges % config_.probe_every_exchanges == 0) {
+    probe_links();
+  }
+  std::lock_guard<std::mutex> lock(profiler_mu_);
+  const int before = profiler_->straggler();
+  profiler_->add_batch(all, k, bytes, link_model_, batch_first_call_);
+  const ProfilerSummary sum = profiler_->summary();
+  // Median straggler delay of the window's significant calls (the dynamic window's input).
+  std::vector<double> delays;
+  const size_t w = std::min<size_t>(profiler_settings_.window, sum.recent_delays_s.size());
+  for (size_t i = sum.recent_delays_s.size() - w; i < sum.recent_delays_s.size(); ++i) {
+    if (sum.recent_last[i] >= 0) delays.push_back(sum.recent_delays_s[i]);
+  }
+  if (!delays.empty()) {
+    std::nth_element(delays.begin(), delays.begin() + delays.size() / 2, delays.end());
+    recent_delay_median_s_ = delays[delays.size() / 2];
+  } else {
+    recent_delay_median_s_ = 0;
+  }
+  const int after = profiler_->straggler();
+  profiled_straggler_.store(after);
+  if (after != before) {
+    LOG(INFO) << "stragg: rank " << rank << " of group '" << group_name_ << "': profiler: "
+              << (sum.decisions.empty() ? std::string("straggler changed")
+                                        : sum.decisions.back().reason);
   }
 }
 
@@ -345,29 +461,36 @@ std::vector<CallRecord> StraggBackend::recent_calls() const {
 }
 
 void StraggBackend::run_task(Task& task, CallRecord& record) {
-  record.algorithm = algorithm();
+  record.algorithm = path_ == AllreducePath::Delegate ? "gloo" : "local";
   void* data = task.buffer.data_ptr();
   const size_t numel = static_cast<size_t>(task.buffer.numel());
   if (task.op.premul && numel > 0) scale_inplace(task.dtype, data, numel, task.op.premul_factor);
   if (executor_) {
     CollectiveSpec spec;
     spec.op_name = task.name;
-    spec.seq = task.seq;
+    spec.seq = wire_seq_++;
     spec.dtype = task.dtype;
     spec.op = task.op.op;
     spec.numel = numel;
+    record.wire_seq = spec.seq;
+    const size_t nbytes = numel * dtype_size(task.dtype);
     const ExecutorStats before = executor_->stats();
-    int agreed = kNoStraggler;
+    int call_straggler = planner_->straggler();
     if (planner_->dynamic()) {
-      agreed = executor_->agree_on_straggler(spec, dynamic_window_, task.timeout);
-      (agreed >= 0 ? dynamic_straggler_calls_ : dynamic_plain_calls_).fetch_add(1);
-      last_straggler_.store(agreed);
-      if (agreed < 0) record.algorithm = "ring";
+      const auto window = dynamic_window_for(nbytes);
+      record.window_s = std::chrono::duration<double>(window).count();
+      call_straggler = executor_->agree_on_straggler(spec, window, task.timeout, store_board_.get());
+      (call_straggler >= 0 ? dynamic_straggler_calls_ : dynamic_plain_calls_).fetch_add(1);
+      last_straggler_.store(call_straggler);
+    } else if (planner_->profiled()) {
+      call_straggler = profiled_straggler_.load();
     }
-    record.straggler = planner_->dynamic() ? agreed : planner_->straggler();
+    const PlanChoice choice = planner_->choose(nbytes, call_straggler);
+    record.algorithm = choice.algorithm;
+    record.straggler = choice.straggler;
     const auto run_start = std::chrono::steady_clock::now();
     try {
-      executor_->run(planner_->plan(getRank(), numel, dtype_size(task.dtype), agreed,
+      executor_->run(planner_->plan(getRank(), choice, numel, dtype_size(task.dtype),
                                     transport_->supports_recv_limit()),
                      spec, data, task.timeout);
     } catch (...) {
@@ -406,6 +529,146 @@ void StraggBackend::run_task(Task& task, CallRecord& record) {
     out.copy_(task.buffer.narrow(0, offset, n).view(out.sizes()));
     offset += n;
   }
+}
+
+c10::intrusive_ptr<c10d::Work> StraggBackend::measure_links() {
+  TORCH_CHECK(path_ != AllreducePath::Delegate, "stragg: rank ", getRank(),
+              ": link probes need stragg's executor; this group delegates all_reduce to Gloo");
+  const int n = getSize();
+  Task task;
+  task.kind = TaskKind::LinkProbe;
+  task.buffer = at::full({n, n, 2}, -1.0, at::TensorOptions().dtype(at::kDouble));
+  task.user = {task.buffer};
+  task.timeout = timeout_;
+  task.name = "link probe";
+  task.work = c10::make_intrusive<StraggWork>(getRank(), c10d::OpType::UNKNOWN,
+                                              "stragg:link_probe", task.user);
+  return enqueue(std::move(task));
+}
+
+void StraggBackend::run_link_probe(Task& task) {
+  if (!executor_) return;  // a single rank: no links
+  probe_links();
+  const int n = getSize();
+  std::vector<LinkModel> matrix = link_matrix();
+  auto out = task.buffer.accessor<double, 3>();
+  for (int i = 0; i < n; ++i) {
+    for (int j = 0; j < n; ++j) {
+      const LinkModel& l = matrix[static_cast<size_t>(i) * n + j];
+      out[i][j][0] = l.alpha_s;
+      out[i][j][1] = l.beta_s_per_byte;
+    }
+  }
+}
+
+void StraggBackend::probe_links() {
+  using Clock = std::chrono::steady_clock;
+  const int n = getSize();
+  const int rank = getRank();
+  const int m = std::max(2, config_.probe_messages);
+  const size_t elems = std::max<size_t>(1, config_.probe_bytes / sizeof(float));
+  constexpr int kReps = 3;
+  std::vector<float> buf(2 * static_cast<size_t>(m) * elems, 1.0f);
+  std::vector<LinkModel> mine(static_cast<size_t>(n));
+  for (auto& l : mine) l.alpha_s = l.beta_s_per_byte = -1;
+  for (int round = 0; round < probe_rounds(n); ++round) {
+    const int partner = probe_partner(n, round, rank);
+    std::vector<double> t_many, t_one;
+    for (int rep = 0; rep < kReps; ++rep) {
+      for (bool many : {true, false}) {
+        const RankPlan plan = link_probe_plan(n, rank, round, m, elems, many);
+        CollectiveSpec spec = internal_spec("link probe", DType::Float32, buf.size());
+        const auto t0 = Clock::now();
+        executor_->run(plan, spec, buf.data(), timeout_);
+        const double t = std::chrono::duration<double>(Clock::now() - t0).count();
+        (many ? t_many : t_one).push_back(t);
+      }
+    }
+    if (partner < 0) continue;
+    std::sort(t_many.begin(), t_many.end());
+    std::sort(t_one.begin(), t_one.end());
+    mine[partner] = estimate_link(t_many[kReps / 2], t_one[kReps / 2], m, elems * sizeof(float));
+  }
+  // All-gather the rows (own row filled, zeros elsewhere), then average both ends of each link.
+  std::vector<double> all(static_cast<size_t>(n) * n * 2, 0.0);
+  for (int j = 0; j < n; ++j) {
+    all[(static_cast<size_t>(rank) * n + j) * 2] = mine[j].alpha_s;
+    all[(static_cast<size_t>(rank) * n + j) * 2 + 1] = mine[j].beta_s_per_byte;
+  }
+  CollectiveSpec spec = internal_spec("link probe exchange", DType::Float64, all.size());
+  executor_->run(ring_allreduce_plan(rank, n, all.size()), spec, all.data(), timeout_);
+  std::vector<LinkModel> matrix(static_cast<size_t>(n) * n);
+  for (int i = 0; i < n; ++i) {
+    for (int j = 0; j < n; ++j) {
+      const double* a = &all[(static_cast<size_t>(i) * n + j) * 2];
+      const double* b = &all[(static_cast<size_t>(j) * n + i) * 2];
+      LinkModel& l = matrix[static_cast<size_t>(i) * n + j];
+      if (i == j || a[0] < 0 || b[0] < 0) {
+        l.alpha_s = l.beta_s_per_byte = -1;
+      } else {
+        l.alpha_s = 0.5 * (a[0] + b[0]);
+        l.beta_s_per_byte = 0.5 * (a[1] + b[1]);
+      }
+    }
+  }
+  const LinkModel combined = combine_links(matrix, n);
+  planner_->set_link_model(combined.alpha_s, combined.beta_s_per_byte);
+  std::lock_guard<std::mutex> lock(profiler_mu_);
+  link_model_ = combined;
+  link_source_ = "measured";
+  link_matrix_ = std::move(matrix);
+  LOG(INFO) << "stragg: rank " << rank << " of group '" << group_name_
+            << "': link probe: alpha " << combined.alpha_s * 1e6 << " us, "
+            << 1e-9 / combined.beta_s_per_byte << " GB/s (median over links)";
+}
+
+ProfilerSummary StraggBackend::profiler_summary(bool* enabled) const {
+  std::lock_guard<std::mutex> lock(profiler_mu_);
+  if (enabled) *enabled = profiler_ != nullptr;
+  if (!profiler_) {
+    ProfilerSummary s{};
+    s.n = getSize();
+    s.straggler = -1;
+    s.candidate = -1;
+    s.link = link_model_;
+    return s;
+  }
+  return profiler_->summary();
+}
+
+LinkModel StraggBackend::link_model(std::string* source) const {
+  std::lock_guard<std::mutex> lock(profiler_mu_);
+  if (source) *source = link_source_;
+  return link_model_;
+}
+
+std::vector<LinkModel> StraggBackend::link_matrix() const {
+  std::lock_guard<std::mutex> lock(profiler_mu_);
+  if (!link_matrix_.empty()) return link_matrix_;
+  std::vector<LinkModel> empty(static_cast<size_t>(getSize()) * getSize());
+  for (auto& l : empty) l.alpha_s = l.beta_s_per_byte = -1;
+  return empty;
+}
+
+std::chrono::microseconds StraggBackend::dynamic_window_for(size_t bytes) const {
+  if (dynamic_window_.count() >= 0) return dynamic_window_;
+  // Wait-or-proceed (AdapCC §IV-C, ski rental): waiting for the last rank pays off while its
+  // delay is below StragglAR's critical delay c (App. B), so wait up to c. When the recent
+  // straggler delays are known to exceed c, waiting only loses time: proceed at once.
+  const int n = getSize();
+  LinkModel link;
+  double recent = -1;
+  {
+    std::lock_guard<std::mutex> lock(profiler_mu_);
+    link = link_model_;
+    recent = recent_delay_median_s_;
+  }
+  const double c = n >= 3 ? core::closed_form::stragglar_critical_delay(
+                                n, static_cast<double>(bytes), link.alpha_s, link.beta_s_per_byte)
+                          : 0.0;
+  constexpr double kMinWindow = 50e-6;
+  const double w = recent > c ? kMinWindow : std::max(kMinWindow, c);
+  return std::chrono::microseconds(static_cast<int64_t>(w * 1e6));
 }
 
 void StraggBackend::stop_worker(const char* why) {

@@ -17,7 +17,9 @@
 
 #include "backend/stragg_work.h"
 #include "backend/type_mapping.h"
+#include "plan/link_probe.h"
 #include "plan/planner.h"
+#include "plan/straggler_profiler.h"
 #include "runtime/executor.h"
 #include "runtime/shm_transport.h"
 #include "runtime/tcp_transport.h"
@@ -31,9 +33,16 @@ struct BackendConfig {
   std::string tcp_store_host;  // host of the rendezvous store (TCPStore / MASTER_ADDR), or empty
   PlannerConfig planner;       // STRAGG_ALGO / STRAGG_STRAGGLER
   // Dynamic straggler: how long the first n-1 arrivals wait for the last one before running
-  // StragglAR without it (STRAGG_DYNAMIC_WINDOW_US).
-  std::chrono::microseconds dynamic_window{1000};
+  // StragglAR without it (STRAGG_DYNAMIC_WINDOW_US); negative: chosen per call from the cost
+  // model (break-even rule, see StraggBackend::dynamic_window_for).
+  std::chrono::microseconds dynamic_window{-1};
   bool log_calls = false;  // STRAGG_DEBUG=DETAIL
+  ProfilerSettings profiler;   // STRAGG_PROFILE*
+  // Link probes (AdapCC §IV-B) run at the first profiler exchange and then every this many
+  // exchanges (0: only on demand).
+  int probe_every_exchanges = 64;
+  int probe_messages = 8;
+  size_t probe_bytes = 64 * 1024;
 };
 
 // One all_reduce as this rank saw it (kept for the last kCallHistory calls).
@@ -41,6 +50,7 @@ struct CallRecord {
   uint64_t seq = 0;
   int64_t numel = 0;
   int64_t bytes = 0;
+  uint64_t wire_seq = 0;  // the collective's sequence number on the wire (internal ones count too)
   std::string algorithm;  // what ran: "ring", "stragglar", ... ("gloo" when delegated)
   int straggler = -1;     // configured or agreed straggler of this call, -1 = none
   double queued_s = 0;    // from the call to the worker starting it
@@ -48,6 +58,7 @@ struct CallRecord {
   double run_s = 0;       // executing the schedule
   double wait_s = 0;      // of run_s, blocked waiting for peers
   double pre_arrival_s = 0;  // of run_s, in pre-arrival steps
+  double window_s = 0;       // dynamic straggler: the wait-or-proceed window used
   bool ok = true;
 };
 
@@ -75,6 +86,20 @@ class StraggBackend final : public c10d::Backend {
   // The last calls, oldest first (at most kCallHistory).
   std::vector<CallRecord> recent_calls() const;
   static constexpr size_t kCallHistory = 1024;
+
+  // Profiler state (identical on every rank after each exchange); enabled=false if profiling
+  // is off or the group has a single rank / delegates all_reduce.
+  ProfilerSummary profiler_summary(bool* enabled) const;
+  const ProfilerSettings& profiler_settings() const { return profiler_settings_; }
+  // The cost model in use and where it came from ("default" or "measured").
+  LinkModel link_model(std::string* source) const;
+  // Per-link alpha/beta measured by the last probe: n*n entries (alpha < 0: not measured).
+  std::vector<LinkModel> link_matrix() const;
+  // Collective (every rank calls it, in the same order as its all_reduces): runs a link probe
+  // on the worker thread. The Work's result is a float64 tensor [n, n, 2] (alpha_s, beta_s/B).
+  c10::intrusive_ptr<c10d::Work> measure_links();
+  // The wait-or-proceed window of the dynamic straggler for a call of `bytes`.
+  std::chrono::microseconds dynamic_window_for(size_t bytes) const;
 
   const std::string getBackendName() const override { return "stragg"; }
 
@@ -137,7 +162,9 @@ class StraggBackend final : public c10d::Backend {
   void abort() override;
 
  private:
+  enum class TaskKind { AllReduce, LinkProbe };
   struct Task {
+    TaskKind kind = TaskKind::AllReduce;
     c10::intrusive_ptr<StraggWork> work;
     std::vector<at::Tensor> user;  // where the results must end up
     at::Tensor buffer;             // contiguous working buffer (aliases user[0] when possible)
@@ -153,6 +180,15 @@ class StraggBackend final : public c10d::Backend {
   c10::intrusive_ptr<c10d::Work> enqueue(Task task);
   void worker_loop();
   void run_task(Task& task, CallRecord& record);
+  void run_link_probe(Task& task);
+  // Measures alpha/beta of every link (worker thread; collective) and installs the combined
+  // model in the planner and the profiler.
+  void probe_links();
+  // After a completed executor all_reduce: feed the profiler; every K calls exchange the
+  // per-call durations (one small all_reduce) and update the straggler decision.
+  void profile_call(const CallRecord& record);
+  void profile_exchange();
+  CollectiveSpec internal_spec(const char* name, DType dtype, size_t numel);
   void stop_worker(const char* why);
   c10d::Backend& inner_for(c10::DeviceType type, const char* op);
   c10d::Backend& inner_for(const std::vector<at::Tensor>& tensors, const char* op);
@@ -164,6 +200,7 @@ class StraggBackend final : public c10d::Backend {
   std::unique_ptr<Transport> transport_;
   std::unique_ptr<Executor> executor_;
   std::unique_ptr<Planner> planner_;
+  std::unique_ptr<ArrivalBoard> store_board_;  // dynamic straggler without a transport board
   c10::intrusive_ptr<c10d::Backend> cpu_inner_;
   c10::intrusive_ptr<c10d::Backend> cuda_inner_;
 
@@ -171,7 +208,9 @@ class StraggBackend final : public c10d::Backend {
   std::condition_variable cv_;
   std::deque<Task> queue_;
   bool stopping_ = false;
-  std::atomic<bool> running_task_{false};
+  std::atomic<bool> running_task_{false};      // a user's collective is running
+  std::atomic<bool> internal_running_{false};  // a profiler exchange is running (every rank
+                                               // runs it, so stopping waits for it)
   uint64_t next_seq_ = 0;
   std::thread worker_;
 
@@ -179,7 +218,7 @@ class StraggBackend final : public c10d::Backend {
   std::atomic<int64_t> allreduce_bytes_{0};
   std::atomic<int64_t> delegated_calls_{0};
   std::atomic<int64_t> failed_calls_{0};
-  std::chrono::microseconds dynamic_window_{1000};
+  std::chrono::microseconds dynamic_window_{-1};
   std::atomic<int64_t> dynamic_straggler_calls_{0};  // agreed on a straggler: StragglAR ran
   std::atomic<int64_t> dynamic_plain_calls_{0};      // everybody in time: plain Ring ran
   std::atomic<int64_t> last_straggler_{-1};
@@ -187,6 +226,22 @@ class StraggBackend final : public c10d::Backend {
   mutable std::mutex history_mu_;
   std::deque<CallRecord> history_;
   ExecutorStats executor_totals_;  // copy of the executor's counters after each call
+
+  // Worker-thread state: wire sequence numbers (user calls and internal collectives), profiler.
+  uint64_t wire_seq_ = 0;
+  uint64_t executor_calls_ = 0;  // completed executor all_reduces (the profiler's call index)
+  BackendConfig config_;
+  ProfilerSettings profiler_settings_;
+  std::unique_ptr<StragglerProfiler> profiler_;  // guarded by profiler_mu_ for readers
+  std::atomic<int> profiled_straggler_{-1};
+  std::vector<double> batch_durations_;
+  std::vector<int64_t> batch_bytes_;
+  uint64_t batch_first_call_ = 0;
+  mutable std::mutex profiler_mu_;
+  LinkModel link_model_;
+  std::string link_source_ = "default";
+  std::vector<LinkModel> link_matrix_;
+  double recent_delay_median_s_ = -1;  // median significant straggler delay of the window
 };
 
 }  // namespace stragg

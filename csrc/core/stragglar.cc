@@ -630,6 +630,11 @@ Schedule make_schedule(int n, bool with_pre_arrival) {
 
 int stragglar_round_lower_bound(int n) { return n - 2 + detail::ceil_log2(n); }
 
+bool stragglar_builds_fast(int n) {
+  CirculantDesign design;
+  return n >= 2 && (detail::is_pow2(n) || n <= kHeuristicMaxN || load_design(n, design));
+}
+
 Schedule stragglar(int n, int straggler) {
   Schedule s = make_schedule(n, true);
   if (straggler < 0) straggler = n - 1;

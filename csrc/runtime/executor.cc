@@ -273,10 +273,10 @@ void Executor::run(const RankPlan& plan, const CollectiveSpec& spec, void* buf,
 }
 
 int Executor::agree_on_straggler(const CollectiveSpec& spec, std::chrono::microseconds window,
-                                 std::chrono::milliseconds timeout) {
+                                 std::chrono::milliseconds timeout, ArrivalBoard* board) {
   const int rank = transport_.rank();
   const int n = transport_.size();
-  ArrivalBoard* board = transport_.arrival_board();
+  if (board == nullptr) board = transport_.arrival_board();
   if (board == nullptr) {
     throw Error(prefix(rank, spec) + ": dynamic straggler detection needs a transport with an " +
                 "arrival board (shm); the " + transport_.name() + " transport has none");
@@ -331,7 +331,7 @@ int Executor::agree_on_straggler(const CollectiveSpec& spec, std::chrono::micros
         }
         throw TimeoutError(m.str());
       }
-      auto until = std::min(deadline, now + std::chrono::milliseconds(100));
+      auto until = std::min(deadline, now + board->poll_interval());
       if (window_end < until) until = window_end;
       transport_.wait_for_activity(
           token, std::chrono::duration_cast<std::chrono::microseconds>(until - now) +

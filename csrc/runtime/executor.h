@@ -44,10 +44,10 @@ class Executor {
   // Dynamic straggler (StragglAR without a configured straggler): agrees with the other ranks,
   // through the transport's ArrivalBoard, on who is late for collective spec.seq. Returns -1
   // when every rank arrived within `window` of the (n-1)-th arrival (run the plain algorithm),
-  // else the rank that arrived last. Throws like run() on timeout, peer death or abort, and
-  // stragg::Error if the transport has no arrival board.
+  // else the rank that arrived last. `board`: where the ranks meet (nullptr: the transport's).
+  // Throws like run() on timeout, peer death or abort, and stragg::Error if there is no board.
   int agree_on_straggler(const CollectiveSpec& spec, std::chrono::microseconds window,
-                         std::chrono::milliseconds timeout);
+                         std::chrono::milliseconds timeout, ArrivalBoard* board = nullptr);
 
   const ExecutorStats& stats() const { return stats_; }
   Transport& transport() { return transport_; }

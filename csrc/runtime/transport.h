@@ -87,6 +87,11 @@ class ArrivalBoard {
   virtual int decide(uint64_t seq, int proposal) = 0;
   // The decision for `seq` if one was made.
   virtual std::optional<int> decision(uint64_t seq) = 0;
+  // Longest a waiter may sleep between polls. Boards whose updates wake the transport's waiters
+  // (shared memory) keep the default; boards that wake nobody (a remote store) poll faster.
+  virtual std::chrono::microseconds poll_interval() const {
+    return std::chrono::microseconds(100000);
+  }
 };
 
 class Transport {

@@ -9,6 +9,7 @@ now, CUDA all_reduce) is delegated to an inner Gloo / NCCL backend. See README.m
 
 from __future__ import annotations
 
+from ._policy import reset_policy, set_policy
 from ._registration import BACKEND_NAME, backend_stats, is_registered, recent_calls, register
 
 __version__ = "0.1.0"
@@ -19,6 +20,8 @@ __all__ = [
     "is_registered",
     "recent_calls",
     "register",
+    "reset_policy",
+    "set_policy",
 ]
 
 register()

@@ -11,6 +11,56 @@ ALGORITHMS = ("auto", "ring", "rhd", "direct", "bcast", "stragglar", "optcc")
 _SIZE = re.compile(r"^\s*(\d+)\s*(|k|kib|m|mib)\s*$", re.IGNORECASE)
 _UNITS = {"": 1, "k": 1024, "kib": 1024, "m": 1 << 20, "mib": 1 << 20}
 
+# Settings given in Python (stragg.set_policy / stragg.profiler.configure): they override the
+# environment for process groups created afterwards.
+_overrides: dict[str, Any] = {}
+
+
+def _float_env(name: str, default: float, lo: float | None = None, hi: float | None = None) -> float:
+    raw = os.environ.get(name)
+    if raw is None or raw.strip() == "":
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        raise ValueError(f"stragg: {name}={raw!r} is not a number") from None
+    if (lo is not None and value < lo) or (hi is not None and value > hi):
+        raise ValueError(f"stragg: {name}={raw!r} must be in [{lo}, {hi}]")
+    return value
+
+
+def _bool_env(name: str, default: bool) -> bool:
+    raw = os.environ.get(name)
+    if raw is None or raw.strip() == "":
+        return default
+    value = raw.strip().lower()
+    if value in ("1", "true", "on", "yes"):
+        return True
+    if value in ("0", "false", "off", "no"):
+        return False
+    raise ValueError(f"stragg: {name}={raw!r} must be 1/0 (on/off)")
+
+
+def parse_straggler(value: Any, source: str = "STRAGG_STRAGGLER") -> int:
+    """A straggler setting as the C++ side wants it: a rank, -1 none, -2 dynamic, -3 auto."""
+    if isinstance(value, bool):
+        raise ValueError(f"stragg: {source}={value!r} must be a rank, 'auto', 'dynamic' or 'none'")
+    if value is None:
+        return -1
+    if isinstance(value, int):
+        if value < 0:
+            raise ValueError(f"stragg: {source}={value} is not a rank")
+        return value
+    raw = str(value).strip().lower() or "auto"
+    named = {"none": -1, "dynamic": -2, "auto": -3}
+    if raw in named:
+        return named[raw]
+    if raw.isdigit():
+        return int(raw)
+    raise ValueError(
+        f"stragg: {source}={raw!r} must be a rank of the group, 'auto', 'dynamic' or 'none'"
+    )
+
 
 def _size_env(name: str, default: int) -> int:
     """A non-negative integer, optionally with a KiB/MiB suffix (e.g. 512KiB)."""
@@ -33,24 +83,15 @@ def backend_config() -> dict[str, Any]:
     algo = os.environ.get("STRAGG_ALGO", "auto").strip().lower() or "auto"
     if algo not in ALGORITHMS:
         raise ValueError(f"stragg: STRAGG_ALGO={algo!r} is not one of {', '.join(ALGORITHMS)}")
-    straggler_raw = os.environ.get("STRAGG_STRAGGLER", "none").strip().lower() or "none"
-    if straggler_raw == "none":
-        straggler = -1
-    elif straggler_raw == "dynamic":
-        straggler = -2
-    elif straggler_raw.isdigit():
-        straggler = int(straggler_raw)
-    else:
-        raise ValueError(
-            f"stragg: STRAGG_STRAGGLER={straggler_raw!r} must be a rank of the group, 'dynamic' "
-            "or 'none'"
-        )
+    straggler = parse_straggler(os.environ.get("STRAGG_STRAGGLER", "auto"))
+    window_raw = os.environ.get("STRAGG_DYNAMIC_WINDOW_US", "auto").strip().lower() or "auto"
+    window_us = -1 if window_raw == "auto" else _size_env("STRAGG_DYNAMIC_WINDOW_US", 0)
     return {
         "log_calls": debug_level() == "DETAIL",
         "transport": transport,
         "algo": algo,
         "straggler": straggler,
-        "dynamic_window_us": _size_env("STRAGG_DYNAMIC_WINDOW_US", 1000),
+        "dynamic_window_us": window_us,
         "shm_slot_bytes": _size_env("STRAGG_SHM_SLOT_BYTES", 512 * 1024),
         "shm_slots": _size_env("STRAGG_SHM_SLOTS", 4),
         "spin_us": _size_env("STRAGG_SPIN_US", 5),
@@ -60,7 +101,27 @@ def backend_config() -> dict[str, Any]:
         "tcp_host": os.environ.get("STRAGG_TCP_HOST", "").strip(),
         "tcp_port": _size_env("STRAGG_TCP_PORT", 0),
         "tcp_staging_bytes": _size_env("STRAGG_TCP_STAGING_BYTES", 512 * 1024),
+        # Cost model defaults until the link probe measures them.
+        "alpha_s": _float_env("STRAGG_ALPHA_US", 60.0, 0.0) * 1e-6,
+        "beta_s_per_byte": 1.0 / (_float_env("STRAGG_BANDWIDTH_GBPS", 3.0, 1e-6) * 1e9),
+        # Profiler (stragg.profiler).
+        "profile": _bool_env("STRAGG_PROFILE", True),
+        "profile_every": _size_env("STRAGG_PROFILE_EVERY", 16),
+        "profile_window": _size_env("STRAGG_PROFILE_WINDOW", 64),
+        "profile_adopt_share": _float_env("STRAGG_PROFILE_ADOPT", 0.6, 0.0, 1.0),
+        "profile_drop_share": _float_env("STRAGG_PROFILE_DROP", 0.4, 0.0, 1.0),
+        "profile_patience": _size_env("STRAGG_PROFILE_PATIENCE", 2),
+        "profile_min_gain_s": _float_env("STRAGG_PROFILE_MIN_GAIN_US", 0.0) * 1e-6,
+        "profile_noise_floor_s": _float_env("STRAGG_PROFILE_NOISE_US", 50.0, 0.0) * 1e-6,
+        "probe_every": _size_env("STRAGG_PROBE_EVERY", 64),
     }
+
+
+def backend_config_with_overrides() -> dict[str, Any]:
+    """backend_config() with the Python-side settings applied on top."""
+    config = backend_config()
+    config.update(_overrides)
+    return config
 
 
 def debug_level() -> str:

@@ -9,7 +9,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from ._config import backend_config, debug_level
+from ._config import backend_config_with_overrides, debug_level
 
 logger = logging.getLogger("stragg")
 
@@ -32,7 +32,7 @@ def _create_backend(dist_opts: Any, backend_opts: Any = None) -> Any:
     size = dist_opts.group_size
     timeout = dist_opts.timeout
     group_name = str(dist_opts.group_id)
-    config = backend_config()
+    config = backend_config_with_overrides()
     config["tcp_store_host"] = _store_host(store)
     backend = _C.StraggBackend(
         dist.PrefixStore("stragg/", store), rank, size, timeout, group_name, config
@@ -51,7 +51,7 @@ def _create_backend(dist_opts: Any, backend_opts: Any = None) -> Any:
         group_name,
         backend.transport,
         backend.algorithm,
-        {-1: "none", -2: "dynamic"}.get(backend.straggler, backend.straggler),
+        {-1: "none", -2: "dynamic", -3: "auto (profiler)"}.get(backend.straggler, backend.straggler),
     )
     return backend
 

@@ -1,0 +1,597 @@
+// Persistent-straggler detection (StragglerProfiler) and link probing (link_probe): synthetic
+// duration matrices as the backend would exchange them every K calls.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+#include <random>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "core/closed_forms.h"
+#include "plan/link_probe.h"
+#include "plan/straggler_profiler.h"
+#include "runtime/error.h"
+
+namespace stragg {
+namespace {
+
+namespace cf = core::closed_form;
+
+constexpr int64_t kMiB = 1 << 20;
+
+// One call as the test describes it: which rank was late and by how much (late < 0: nobody, all
+// ranks within a fraction of a microsecond), or a failed call.
+struct Call {
+  int late = -1;
+  double delay = 0;
+  bool failed = false;
+};
+
+Call late(int rank, double delay) { return Call{rank, delay, false}; }
+Call nobody() { return Call{-1, 0, false}; }
+Call failed() { return Call{-1, 0, true}; }
+
+// Durations as the ranks measure them: everyone finishes together, so a rank's duration is
+// (finish - its arrival); the late rank waited least. Early ranks differ by 0.1 us (no ties).
+std::vector<double> durations_for(int n, const std::vector<Call>& calls) {
+  const size_t k = calls.size();
+  std::vector<double> d(n * k);
+  for (size_t i = 0; i < k; ++i) {
+    for (int r = 0; r < n; ++r) {
+      double v = 2.0 + 1e-7 * r;
+      if (calls[i].late == r) v = 2.0 - calls[i].delay;
+      if (calls[i].failed && r == 0) v = -1;
+      d[r * k + i] = v;
+    }
+  }
+  return d;
+}
+
+// Feeds `calls` in batches of the profiler's exchange_every; returns the calls at which
+// add_batch reported a change (first_call + k).
+struct Feeder {
+  StragglerProfiler& p;
+  int n;
+  int64_t bytes = kMiB;
+  LinkModel link{};
+  uint64_t next = 0;
+
+  bool batch(const std::vector<Call>& calls) {
+    const int k = static_cast<int>(calls.size());
+    std::vector<int64_t> b(k, bytes);
+    const bool changed = p.add_batch(durations_for(n, calls), k, b, link, next);
+    next += k;
+    return changed;
+  }
+  // `batches` batches of K copies of `c`; returns the number of changes.
+  int repeat(Call c, int batches) {
+    int changes = 0;
+    const int k = p.settings().exchange_every;
+    for (int i = 0; i < batches; ++i) changes += batch(std::vector<Call>(k, c));
+    return changes;
+  }
+};
+
+ProfilerSettings defaults() { return ProfilerSettings{}; }
+
+// ---- cost model ------------------------------------------------------------------------------
+
+TEST(StragglarCallGain, MatchesClosedForms) {
+  const LinkModel l;
+  const double s = kMiB;
+  const double a = l.alpha_s, b = l.beta_s_per_byte;
+  const double c = cf::stragglar_critical_delay(8, s, a, b);
+  EXPECT_DOUBLE_EQ(stragglar_call_gain(8, s, 0.005, false, l), -c);
+  // Delay covers the reduce-scatter: gain = Ring - StragglAR's post-arrival part.
+  EXPECT_NEAR(stragglar_call_gain(8, s, 0.005, true, l),
+              cf::ring(8, s, a, b) - cf::stragglar_best(8, s, a, b), 1e-12);
+  // No delay at all: StragglAR runs its worst case, i.e. loses exactly c.
+  EXPECT_NEAR(stragglar_call_gain(8, s, 0.0, true, l), -c, 1e-12);
+  EXPECT_EQ(stragglar_call_gain(2, s, 0.005, true, l), 0.0);
+}
+
+// ---- adoption --------------------------------------------------------------------------------
+
+TEST(StragglerProfiler, PersistentStragglerAdoptedAfterPatience) {
+  StragglerProfiler p(8, defaults());
+  Feeder f{p, 8};
+  EXPECT_FALSE(f.batch(std::vector<Call>(16, late(3, 0.005))));
+  EXPECT_EQ(p.straggler(), -1);
+  EXPECT_TRUE(f.batch(std::vector<Call>(16, late(3, 0.005))));
+  EXPECT_EQ(p.straggler(), 3);
+  const auto s = p.summary();
+  ASSERT_EQ(s.decisions.size(), 1u);
+  EXPECT_EQ(s.decisions[0].call, 32u);  // first call of the next batch
+  EXPECT_EQ(s.decisions[0].straggler, 3);
+  EXPECT_NE(s.decisions[0].reason.find("rank 3"), std::string::npos) << s.decisions[0].reason;
+  EXPECT_NE(s.decisions[0].reason.find("100.0%"), std::string::npos) << s.decisions[0].reason;
+  EXPECT_NE(s.decisions[0].reason.find("gain"), std::string::npos) << s.decisions[0].reason;
+  EXPECT_EQ(s.calls, 32u);
+  EXPECT_EQ(s.exchanges, 2u);
+  EXPECT_EQ(s.candidate, 3);
+  EXPECT_DOUBLE_EQ(s.candidate_share, 1.0);
+  EXPECT_NEAR(s.median_delay_s, 0.005, 1e-6);
+  const LinkModel l;
+  EXPECT_DOUBLE_EQ(s.critical_delay_s,
+                   cf::stragglar_critical_delay(8, kMiB, l.alpha_s, l.beta_s_per_byte));
+  EXPECT_NEAR(s.predicted_gain_s,
+              cf::ring(8, kMiB, l.alpha_s, l.beta_s_per_byte) -
+                  cf::stragglar_best(8, kMiB, l.alpha_s, l.beta_s_per_byte),
+              1e-9);
+  EXPECT_EQ(s.last_counts, (std::vector<int64_t>{0, 0, 0, 32, 0, 0, 0, 0}));
+  EXPECT_EQ(s.window_last_counts, (std::vector<int64_t>{0, 0, 0, 32, 0, 0, 0, 0}));
+  ASSERT_EQ(s.recent_delays_s.size(), 32u);
+  ASSERT_EQ(s.recent_last.size(), 32u);
+  EXPECT_EQ(s.recent_last[0], 3);
+  // Steady state: nothing more happens.
+  EXPECT_EQ(f.repeat(late(3, 0.005), 10), 0);
+  EXPECT_EQ(p.summary().decisions.size(), 1u);
+  EXPECT_EQ(p.summary().recent_delays_s.size(), 192u);
+}
+
+TEST(StragglerProfiler, PatienceDelaysAdoption) {
+  ProfilerSettings st;
+  st.patience = 3;
+  st.exchange_every = 8;
+  StragglerProfiler p(6, st);
+  Feeder f{p, 6};
+  // Window 64 needs >= 16 significant calls: batch 0 (8 calls) does not count yet.
+  f.repeat(late(5, 0.01), 3);
+  EXPECT_EQ(p.straggler(), -1);
+  EXPECT_EQ(f.repeat(late(5, 0.01), 1), 1);
+  EXPECT_EQ(p.straggler(), 5);
+  EXPECT_EQ(p.summary().decisions.at(0).call, 32u);
+}
+
+TEST(StragglerProfiler, SwitchesWithHysteresis) {
+  StragglerProfiler p(8, defaults());
+  Feeder f{p, 8};
+  f.repeat(late(2, 0.005), 4);
+  EXPECT_EQ(p.straggler(), 2);
+  // Rank 5 takes over. Window shares of rank 2: .75, .5 (keep: between the thresholds),
+  // .25 (should go; rank 5 at .75 qualifies), 0 (second batch: switch).
+  EXPECT_FALSE(f.batch(std::vector<Call>(16, late(5, 0.005))));
+  EXPECT_FALSE(f.batch(std::vector<Call>(16, late(5, 0.005))));
+  EXPECT_FALSE(f.batch(std::vector<Call>(16, late(5, 0.005))));
+  EXPECT_EQ(p.straggler(), 2);
+  EXPECT_TRUE(f.batch(std::vector<Call>(16, late(5, 0.005))));
+  EXPECT_EQ(p.straggler(), 5);
+  const auto s = p.summary();
+  ASSERT_EQ(s.decisions.size(), 2u);  // direct switch, no detour through -1
+  EXPECT_EQ(s.decisions[1].call, 128u);
+  EXPECT_EQ(s.decisions[1].straggler, 5);
+  EXPECT_NE(s.decisions[1].reason.find("replaces rank 2"), std::string::npos) << s.decisions[1].reason;
+}
+
+TEST(StragglerProfiler, NoFlappingBetweenThresholds) {
+  StragglerProfiler p(8, defaults());
+  Feeder f{p, 8};
+  f.repeat(late(2, 0.005), 4);
+  ASSERT_EQ(p.straggler(), 2);
+  // Half the calls rank 2, half rank 5: share 0.5 each, between drop (0.4) and adopt (0.6).
+  std::vector<Call> mixed;
+  for (int i = 0; i < 16; ++i) mixed.push_back(late(i % 2 ? 5 : 2, 0.005));
+  for (int b = 0; b < 20; ++b) EXPECT_FALSE(f.batch(mixed));
+  EXPECT_EQ(p.straggler(), 2);
+  EXPECT_EQ(p.summary().decisions.size(), 1u);
+  EXPECT_DOUBLE_EQ(p.summary().straggler_share, 0.5);
+  EXPECT_GT(p.summary().straggler_gain_s, 0.0);
+
+  // The same mix never gets a straggler adopted in the first place.
+  StragglerProfiler q(8, defaults());
+  Feeder g{q, 8};
+  for (int b = 0; b < 20; ++b) EXPECT_FALSE(g.batch(mixed));
+  EXPECT_EQ(q.straggler(), -1);
+  EXPECT_EQ(q.summary().candidate, 2);  // tie in the window: lowest rank
+  EXPECT_TRUE(q.summary().decisions.empty());
+}
+
+TEST(StragglerProfiler, AbsentStragglerStaysNone) {
+  // Random late ranks with large delays.
+  StragglerProfiler p(8, defaults());
+  Feeder f{p, 8};
+  std::mt19937 rng(1);
+  for (int b = 0; b < 50; ++b) {
+    std::vector<Call> calls;
+    for (int i = 0; i < 16; ++i) calls.push_back(late(static_cast<int>(rng() % 8), 0.005));
+    EXPECT_FALSE(f.batch(calls));
+  }
+  EXPECT_EQ(p.straggler(), -1);
+  EXPECT_LT(p.summary().candidate_share, 0.4);
+
+  // Everybody on time (delays below the noise floor).
+  StragglerProfiler q(8, defaults());
+  Feeder g{q, 8};
+  EXPECT_EQ(g.repeat(late(4, 10e-6), 10), 0);
+  EXPECT_EQ(g.repeat(nobody(), 10), 0);
+  const auto s = q.summary();
+  EXPECT_EQ(s.straggler, -1);
+  EXPECT_EQ(s.candidate, -1);
+  EXPECT_EQ(s.insignificant_calls, 320u);
+  EXPECT_EQ(s.last_counts, std::vector<int64_t>(8, 0));
+  EXPECT_EQ(s.recent_last.back(), -1);
+  EXPECT_EQ(s.median_delay_s, 0.0);
+}
+
+TEST(StragglerProfiler, DisappearingStragglerDropped) {
+  StragglerProfiler p(8, defaults());
+  Feeder f{p, 8};
+  f.repeat(late(1, 0.005), 4);
+  ASSERT_EQ(p.straggler(), 1);
+  // Window after each on-time batch: 48, 32 significant calls (predicted gain still positive),
+  // 16 (gain negative: should go), 0 (second batch: dropped).
+  EXPECT_EQ(f.repeat(nobody(), 3), 0);
+  EXPECT_EQ(p.straggler(), 1);
+  EXPECT_EQ(f.repeat(nobody(), 1), 1);
+  EXPECT_EQ(p.straggler(), -1);
+  const auto s = p.summary();
+  ASSERT_EQ(s.decisions.size(), 2u);
+  EXPECT_EQ(s.decisions[1].call, 128u);
+  EXPECT_EQ(s.decisions[1].straggler, -1);
+  EXPECT_NE(s.decisions[1].reason.find("rank 1 dropped"), std::string::npos) << s.decisions[1].reason;
+  EXPECT_EQ(f.repeat(nobody(), 5), 0);
+}
+
+TEST(StragglerProfiler, NoGainNotAdopted) {
+  // 1 GiB among 4 ranks: the critical delay is ~0.27 s; a 1 ms straggler does not pay off.
+  StragglerProfiler p(4, defaults());
+  Feeder f{p, 4};
+  f.bytes = 1024 * kMiB;
+  EXPECT_EQ(f.repeat(late(2, 0.001), 20), 0);
+  const auto s = p.summary();
+  EXPECT_EQ(s.straggler, -1);
+  EXPECT_EQ(s.candidate, 2);
+  EXPECT_DOUBLE_EQ(s.candidate_share, 1.0);
+  EXPECT_LT(s.predicted_gain_s, 0.0);
+  EXPECT_LT(s.median_delay_s, s.critical_delay_s / 100);
+
+  // Same size, a 1 s straggler covers the reduce-scatter: adopted.
+  StragglerProfiler q(4, defaults());
+  Feeder g{q, 4};
+  g.bytes = 1024 * kMiB;
+  EXPECT_EQ(g.repeat(late(2, 1.0), 2), 1);
+  EXPECT_EQ(q.straggler(), 2);
+
+  // min_gain_s above the predicted gain: not adopted either.
+  ProfilerSettings st;
+  st.min_gain_s = 1.0;
+  StragglerProfiler r(4, st);
+  Feeder h{r, 4};
+  h.bytes = 1024 * kMiB;
+  EXPECT_EQ(h.repeat(late(2, 1.0), 5), 0);
+}
+
+TEST(StragglerProfiler, TwoRanksNever) {
+  StragglerProfiler p(2, defaults());
+  Feeder f{p, 2};
+  EXPECT_EQ(f.repeat(late(1, 0.05), 10), 0);
+  EXPECT_EQ(p.straggler(), -1);
+  EXPECT_EQ(p.summary().candidate, 1);
+  StragglerProfiler one(1, defaults());
+  Feeder g{one, 1};
+  EXPECT_EQ(g.repeat(nobody(), 3), 0);
+  EXPECT_EQ(one.summary().candidate, -1);
+  EXPECT_EQ(one.summary().calls, 48u);
+}
+
+TEST(StragglerProfiler, FailedCallsSkipped) {
+  StragglerProfiler p(8, defaults());
+  Feeder f{p, 8};
+  // Every other call failed; in those, rank 6 would look 50 ms late.
+  std::vector<Call> calls;
+  for (int i = 0; i < 16; ++i) {
+    Call c = i % 2 ? failed() : late(3, 0.005);
+    if (i % 2) c.late = 6, c.delay = 0.05;
+    calls.push_back(c);
+  }
+  // 8 valid calls per batch: the first batch holds fewer than window/4 significant calls.
+  EXPECT_FALSE(f.batch(calls));
+  EXPECT_FALSE(f.batch(calls));
+  EXPECT_TRUE(f.batch(calls));
+  EXPECT_EQ(p.straggler(), 3);
+  auto s = p.summary();
+  EXPECT_EQ(s.decisions.at(0).call, 48u);
+  EXPECT_EQ(s.calls, 24u);
+  EXPECT_EQ(s.skipped_calls, 24u);
+  EXPECT_EQ(s.last_counts[6], 0);
+  EXPECT_EQ(s.recent_delays_s.size(), 24u);
+
+  // NaN durations are unknown too; a batch with no valid call does not advance the hysteresis.
+  StragglerProfiler q(8, defaults());
+  Feeder g{q, 8};
+  EXPECT_FALSE(g.batch(std::vector<Call>(16, late(4, 0.005))));
+  for (int b = 0; b < 3; ++b) EXPECT_FALSE(g.batch(std::vector<Call>(16, failed())));
+  std::vector<double> d = durations_for(8, std::vector<Call>(16, late(4, 0.005)));
+  for (int i = 0; i < 16; ++i) d[2 * 16 + i] = std::numeric_limits<double>::quiet_NaN();
+  EXPECT_FALSE(q.add_batch(d, 16, std::vector<int64_t>(16, kMiB), LinkModel{}, g.next));
+  g.next += 16;
+  EXPECT_EQ(q.straggler(), -1);
+  EXPECT_TRUE(g.batch(std::vector<Call>(16, late(4, 0.005))));
+  EXPECT_EQ(q.summary().decisions.at(0).call, g.next);
+  EXPECT_EQ(q.summary().skipped_calls, 64u);
+}
+
+void expect_same(const ProfilerSummary& a, const ProfilerSummary& b) {
+  EXPECT_EQ(a.n, b.n);
+  EXPECT_EQ(a.calls, b.calls);
+  EXPECT_EQ(a.exchanges, b.exchanges);
+  EXPECT_EQ(a.skipped_calls, b.skipped_calls);
+  EXPECT_EQ(a.insignificant_calls, b.insignificant_calls);
+  EXPECT_EQ(a.straggler, b.straggler);
+  EXPECT_EQ(a.candidate, b.candidate);
+  EXPECT_EQ(a.candidate_share, b.candidate_share);
+  EXPECT_EQ(a.median_delay_s, b.median_delay_s);
+  EXPECT_EQ(a.critical_delay_s, b.critical_delay_s);
+  EXPECT_EQ(a.predicted_gain_s, b.predicted_gain_s);
+  EXPECT_EQ(a.straggler_share, b.straggler_share);
+  EXPECT_EQ(a.straggler_gain_s, b.straggler_gain_s);
+  EXPECT_EQ(a.last_counts, b.last_counts);
+  EXPECT_EQ(a.window_last_counts, b.window_last_counts);
+  EXPECT_EQ(a.recent_delays_s, b.recent_delays_s);
+  EXPECT_EQ(a.recent_last, b.recent_last);
+  ASSERT_EQ(a.decisions.size(), b.decisions.size());
+  for (size_t i = 0; i < a.decisions.size(); ++i) {
+    EXPECT_EQ(a.decisions[i].call, b.decisions[i].call);
+    EXPECT_EQ(a.decisions[i].straggler, b.decisions[i].straggler);
+    EXPECT_EQ(a.decisions[i].reason, b.decisions[i].reason);
+  }
+  EXPECT_EQ(a.link.alpha_s, b.link.alpha_s);
+  EXPECT_EQ(a.link.beta_s_per_byte, b.link.beta_s_per_byte);
+}
+
+TEST(StragglerProfiler, Deterministic) {
+  // A noisy run with phases (rank 3 persistent, then random, then rank 6), identical input on
+  // two profilers (as on two ranks): identical decisions and summaries.
+  std::mt19937 rng(7);
+  std::uniform_real_distribution<double> u(0, 1);
+  const int n = 8, k = 16;
+  std::vector<std::vector<double>> batches;
+  std::vector<std::vector<int64_t>> sizes;
+  for (int b = 0; b < 60; ++b) {
+    std::vector<double> d(n * k);
+    std::vector<int64_t> bytes(k);
+    for (int i = 0; i < k; ++i) {
+      bytes[i] = static_cast<int64_t>(kMiB * (1 + rng() % 8));
+      int lr = b < 20 ? 3 : b < 40 ? static_cast<int>(rng() % n) : 6;
+      if (u(rng) < 0.2) lr = static_cast<int>(rng() % n);
+      const double delay = u(rng) * 0.01;
+      for (int r = 0; r < n; ++r) d[r * k + i] = 0.02 + u(rng) * 20e-6 + (r == lr ? -delay : 0.0);
+      if (u(rng) < 0.05) d[(rng() % n) * k + i] = -1;
+    }
+    batches.push_back(d);
+    sizes.push_back(bytes);
+  }
+  StragglerProfiler a(n, defaults()), b(n, defaults());
+  for (size_t i = 0; i < batches.size(); ++i) {
+    const bool ca = a.add_batch(batches[i], k, sizes[i], LinkModel{}, i * k);
+    const bool cb = b.add_batch(batches[i], k, sizes[i], LinkModel{}, i * k);
+    EXPECT_EQ(ca, cb);
+  }
+  expect_same(a.summary(), b.summary());
+  EXPECT_GE(a.summary().decisions_total, 2u);  // rank 3 adopted, later rank 6
+  EXPECT_EQ(a.straggler(), 6);
+}
+
+TEST(StragglerProfiler, TiesGoToLowestRank) {
+  StragglerProfiler p(4, defaults());
+  // Call 0: ranks 1 and 3 tie for the shortest duration: last = 1, delay 0 (insignificant).
+  // Call 1: rank 2 alone shortest by 1 ms.
+  // d[r*2 + i]
+  const std::vector<double> d = {0.005, 0.005, /*r1*/ 0.001, 0.005, /*r2*/ 0.005, 0.004, /*r3*/ 0.001, 0.005};
+  p.add_batch(d, 2, {kMiB, kMiB}, LinkModel{}, 0);
+  const auto s = p.summary();
+  ASSERT_EQ(s.recent_last.size(), 2u);
+  EXPECT_EQ(s.recent_last[0], -1);
+  EXPECT_EQ(s.recent_delays_s[0], 0.0);
+  EXPECT_EQ(s.recent_last[1], 2);
+  EXPECT_NEAR(s.recent_delays_s[1], 0.001, 1e-12);
+}
+
+TEST(StragglerProfiler, ResetAndDisabled) {
+  StragglerProfiler p(8, defaults());
+  Feeder f{p, 8};
+  f.repeat(late(3, 0.005), 2);
+  ASSERT_EQ(p.straggler(), 3);
+  p.reset_decision("user asked");
+  EXPECT_EQ(p.straggler(), -1);
+  auto s = p.summary();
+  ASSERT_EQ(s.decisions.size(), 2u);
+  EXPECT_EQ(s.decisions[1].straggler, -1);
+  EXPECT_EQ(s.decisions[1].reason, "user asked");
+  EXPECT_EQ(s.decisions[1].call, 32u);
+  p.reset_decision("again");  // no change, no decision
+  EXPECT_EQ(p.summary().decisions.size(), 2u);
+  // Hysteresis restarts: needs `patience` batches again.
+  EXPECT_FALSE(f.batch(std::vector<Call>(16, late(3, 0.005))));
+  EXPECT_TRUE(f.batch(std::vector<Call>(16, late(3, 0.005))));
+
+  ProfilerSettings st;
+  st.enabled = false;
+  StragglerProfiler q(8, st);
+  Feeder g{q, 8};
+  EXPECT_EQ(g.repeat(late(3, 0.005), 5), 0);
+  EXPECT_EQ(q.straggler(), -1);
+  EXPECT_EQ(q.summary().candidate, 3);
+  EXPECT_EQ(q.summary().calls, 80u);
+}
+
+TEST(StragglerProfiler, BoundedMemory) {
+  StragglerProfiler p(4, defaults());
+  Feeder f{p, 4};
+  f.repeat(late(1, 0.005), 300);  // 4800 calls
+  const auto s = p.summary();
+  EXPECT_EQ(s.recent_delays_s.size(), StragglerProfiler::kRecentCalls);
+  EXPECT_EQ(s.recent_last.size(), StragglerProfiler::kRecentCalls);
+  EXPECT_EQ(s.window_last_counts[1], 64);
+  EXPECT_EQ(s.last_counts[1], 4800);
+}
+
+void expect_setting_error(const ProfilerSettings& st, const std::string& field) {
+  try {
+    StragglerProfiler p(4, st);
+    ADD_FAILURE() << "no error for " << field;
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find(field), std::string::npos) << e.what();
+  }
+}
+
+TEST(StragglerProfiler, SettingsValidation) {
+  auto with = [](auto edit) {
+    ProfilerSettings s;
+    edit(s);
+    return s;
+  };
+  expect_setting_error(with([](ProfilerSettings& s) { s.exchange_every = 0; }), "exchange_every");
+  expect_setting_error(with([](ProfilerSettings& s) { s.window = 0; }), "window");
+  expect_setting_error(with([](ProfilerSettings& s) { s.patience = 0; }), "patience");
+  expect_setting_error(with([](ProfilerSettings& s) { s.adopt_share = 0; }), "adopt_share");
+  expect_setting_error(with([](ProfilerSettings& s) { s.adopt_share = 1.5; }), "adopt_share");
+  expect_setting_error(with([](ProfilerSettings& s) { s.drop_share = -0.1; }), "drop_share");
+  expect_setting_error(with([](ProfilerSettings& s) { s.drop_share = 0.7; }), "drop_share");
+  expect_setting_error(with([](ProfilerSettings& s) { s.min_gain_s = NAN; }), "min_gain_s");
+  expect_setting_error(with([](ProfilerSettings& s) { s.noise_floor_s = -1; }), "noise_floor_s");
+  EXPECT_THROW(StragglerProfiler(0, ProfilerSettings{}), Error);
+
+  StragglerProfiler p(4, ProfilerSettings{});
+  EXPECT_THROW(p.add_batch(std::vector<double>(7), 2, {1, 1}, LinkModel{}, 0), Error);
+  EXPECT_THROW(p.add_batch(std::vector<double>(8), 2, {1}, LinkModel{}, 0), Error);
+  EXPECT_THROW(p.add_batch(std::vector<double>(8), 2, {1, -1}, LinkModel{}, 0), Error);
+  EXPECT_THROW(p.add_batch(std::vector<double>(8), 2, {1, 1}, LinkModel{-1, 1e-9}, 0), Error);
+  EXPECT_THROW(p.add_batch({}, -1, {}, LinkModel{}, 0), Error);
+  EXPECT_FALSE(p.add_batch({}, 0, {}, LinkModel{}, 0));
+}
+
+// ---- link probing ----------------------------------------------------------------------------
+
+TEST(LinkProbe, EveryPairMeetsExactlyOnce) {
+  EXPECT_EQ(probe_rounds(1), 0);
+  for (int n = 2; n <= 9; ++n) {
+    const int rounds = probe_rounds(n);
+    EXPECT_EQ(rounds, n % 2 ? n : n - 1) << n;
+    std::vector<int> met(n * n, 0);
+    for (int round = 0; round < rounds; ++round) {
+      int idle = 0;
+      for (int r = 0; r < n; ++r) {
+        const int p = probe_partner(n, round, r);
+        if (p < 0) {
+          ++idle;
+          continue;
+        }
+        ASSERT_LT(p, n);
+        ASSERT_NE(p, r);
+        ASSERT_EQ(probe_partner(n, round, p), r) << "n=" << n << " round=" << round;
+        ++met[r * n + p];
+      }
+      EXPECT_EQ(idle, n % 2) << "n=" << n << " round=" << round;
+    }
+    for (int i = 0; i < n; ++i)
+      for (int j = 0; j < n; ++j) EXPECT_EQ(met[i * n + j], i == j ? 0 : 1) << n << " " << i << " " << j;
+  }
+  EXPECT_THROW(probe_rounds(0), Error);
+  EXPECT_THROW(probe_partner(4, 3, 0), Error);
+  EXPECT_THROW(probe_partner(4, 0, 4), Error);
+}
+
+TEST(LinkProbe, PlanShapes) {
+  const int n = 4, round = 1;
+  const int peer = probe_partner(n, round, 0);
+  ASSERT_GE(peer, 0);
+  const RankPlan many = link_probe_plan(n, 0, round, 5, 3, true);
+  const RankPlan other = link_probe_plan(n, peer, round, 5, 3, true);
+  EXPECT_EQ(many.algo, Algo::Schedule);
+  ASSERT_EQ(many.steps.size(), 5u);
+  ASSERT_EQ(other.steps.size(), 5u);
+  std::set<uint32_t> ids;
+  for (size_t i = 0; i < 5; ++i) {
+    const PlanStep& s = many.steps[i];
+    ids.insert(s.id);
+    EXPECT_EQ(s.id, other.steps[i].id);
+    EXPECT_FALSE(s.pre_arrival);
+    ASSERT_EQ(s.sends.size(), 1u);
+    ASSERT_EQ(s.recvs.size(), 1u);
+    EXPECT_EQ(s.sends[0].peer, peer);
+    EXPECT_EQ(s.sends[0].offset, i * 3);
+    EXPECT_EQ(s.sends[0].count, 3u);
+    EXPECT_EQ(s.recvs[0].peer, peer);
+    EXPECT_EQ(s.recvs[0].offset, 15 + i * 3);
+    EXPECT_EQ(s.recvs[0].count, 3u);
+    EXPECT_FALSE(s.recvs[0].reduce);
+    EXPECT_FALSE(s.recvs[0].staged);
+    EXPECT_EQ(other.steps[i].sends[0].peer, 0);
+  }
+  EXPECT_EQ(ids.size(), 5u);
+
+  const RankPlan one = link_probe_plan(n, 0, round, 5, 3, false);
+  ASSERT_EQ(one.steps.size(), 1u);
+  EXPECT_EQ(ids.count(one.steps[0].id), 0u);  // differs from the many-message ids
+  EXPECT_EQ(one.steps[0].id, link_probe_plan(n, peer, round, 5, 3, false).steps[0].id);
+  EXPECT_EQ(one.steps[0].sends.at(0).offset, 0u);
+  EXPECT_EQ(one.steps[0].sends.at(0).count, 15u);
+  EXPECT_EQ(one.steps[0].recvs.at(0).offset, 15u);
+  EXPECT_EQ(one.steps[0].recvs.at(0).count, 15u);
+  EXPECT_FALSE(one.steps[0].recvs.at(0).reduce);
+
+  // n = 3: one idle rank per round, with an empty plan.
+  for (int r = 0; r < 3; ++r) {
+    const RankPlan p = link_probe_plan(3, r, 0, 4, 8, true);
+    EXPECT_EQ(p.steps.empty(), probe_partner(3, 0, r) < 0);
+  }
+  EXPECT_THROW(link_probe_plan(4, 0, 0, 0, 3, true), Error);
+  EXPECT_THROW(link_probe_plan(4, 0, 0, 2, 0, true), Error);
+  EXPECT_THROW(link_probe_plan(4, 0, 3, 2, 3, true), Error);
+}
+
+TEST(LinkProbe, EstimateLinkRecoversAlphaBeta) {
+  const double alpha = 20e-6, beta = 1.0 / 5e9;
+  const int m = 8;
+  const size_t s = 64 * 1024;
+  const double t_many = m * (alpha + s * beta);
+  const double t_one = alpha + m * s * beta;
+  const LinkModel l = estimate_link(t_many, t_one, m, s);
+  EXPECT_NEAR(l.alpha_s, alpha, alpha * 1e-9);
+  EXPECT_NEAR(l.beta_s_per_byte, beta, beta * 1e-9);
+
+  // Noise that makes the many-message run faster: alpha clamps to a tiny positive value.
+  const LinkModel c = estimate_link(0.001, 0.002, m, s);
+  EXPECT_EQ(c.alpha_s, kMinProbeAlpha);
+  EXPECT_NEAR(c.beta_s_per_byte, (0.002 - kMinProbeAlpha) / (m * double(s)), 1e-18);
+  const LinkModel z = estimate_link(0.0, 0.0, m, s);
+  EXPECT_GT(z.alpha_s, 0.0);
+  EXPECT_GT(z.beta_s_per_byte, 0.0);
+
+  EXPECT_THROW(estimate_link(1, 1, 1, s), Error);
+  EXPECT_THROW(estimate_link(1, 1, m, 0), Error);
+  EXPECT_THROW(estimate_link(-1, 1, m, s), Error);
+  EXPECT_THROW(estimate_link(NAN, 1, m, s), Error);
+}
+
+TEST(LinkProbe, CombineLinksMedians) {
+  const int n = 3;
+  std::vector<LinkModel> links(n * n, LinkModel{-1, -1});
+  links[0 * n + 0] = {100, 100};  // diagonal: ignored
+  links[0 * n + 1] = {1e-6, 1e-9};
+  links[0 * n + 2] = {5e-6, 3e-9};
+  links[1 * n + 0] = {2e-6, 4e-9};
+  links[1 * n + 2] = {9e-6, 2e-9};
+  links[2 * n + 0] = {-1, 7e-9};  // unmeasured
+  links[2 * n + 1] = {3e-6, 8e-9};
+  // Measured: alphas {1,5,2,9,3}e-6 -> 3e-6; betas {1,3,4,2,8}e-9 -> 3e-9.
+  LinkModel c = combine_links(links, n);
+  EXPECT_DOUBLE_EQ(c.alpha_s, 3e-6);
+  EXPECT_DOUBLE_EQ(c.beta_s_per_byte, 3e-9);
+  // Even count: mean of the two middle values.
+  links[2 * n + 1] = {-1, 0};
+  c = combine_links(links, n);  // alphas {1,2,5,9} -> 3.5; betas {1,2,3,4} -> 2.5
+  EXPECT_DOUBLE_EQ(c.alpha_s, 3.5e-6);
+  EXPECT_DOUBLE_EQ(c.beta_s_per_byte, 2.5e-9);
+  // Nothing measured: the defaults.
+  const LinkModel d = combine_links(std::vector<LinkModel>(4, LinkModel{-1, 0}), 2);
+  EXPECT_EQ(d.alpha_s, LinkModel{}.alpha_s);
+  EXPECT_EQ(d.beta_s_per_byte, LinkModel{}.beta_s_per_byte);
+  EXPECT_THROW(combine_links(links, 2), Error);
+}
+
+}  // namespace
+}  // namespace stragg
