@@ -176,3 +176,47 @@ def test_dynamic_straggler_needs_stragglar() -> None:
     )
     for r in res:
         assert r.raised and "dynamic" in r.describe(), res.describe()
+
+
+def test_stragglar_when_another_rank_is_late() -> None:
+    # Configured straggler 3, but rank 1 arrives last: still exact, just slower.
+    res = h.run_ranks(4, _check_all_sizes, 1, env={"STRAGG_ALGO": "stragglar", "STRAGG_STRAGGLER": "3"})
+    assert all(r.ok for r in res), res.describe()
+    values = res.values()
+    assert all(v["algorithm"] == "stragglar" for v in values)
+    assert all(v["digests"] == values[0]["digests"] for v in values), "ranks differ bitwise"
+
+
+def _async_burst(rank: int, ws: int, calls: int) -> dict[str, Any]:
+    rng = random.Random(1000 + rank)
+    works, tensors, expected = [], [], []
+    for i in range(calls):
+        numel = (1 << 18) + 17 * i if i % 3 else 5 + i
+        base = (torch.arange(numel, dtype=torch.float32) + i) % 11
+        t = base * (rank + 1)
+        tensors.append(t)
+        expected.append(base * (ws * (ws + 1) // 2))
+        if rng.random() < 0.4:
+            time.sleep(rng.uniform(0.0, 0.03))  # a different rank is late for different calls
+        works.append(dist.all_reduce(t, async_op=True))
+    for w in works:
+        w.wait()
+    for i, (t, e) in enumerate(zip(tensors, expected)):
+        assert torch.equal(t, e), f"rank {rank}: call {i} wrong"
+    import stragg
+
+    return {"digests": [h.digest(t) for t in tensors], "calls": stragg.recent_calls()}
+
+
+@pytest.mark.parametrize("straggler", ["2", "dynamic"])
+def test_back_to_back_async_calls_interleaved_with_delays(straggler: str) -> None:
+    res = h.run_ranks(4, _async_burst, 24, env={"STRAGG_STRAGGLER": straggler})
+    assert all(r.ok for r in res), res.describe()
+    values = res.values()
+    assert all(v["digests"] == values[0]["digests"] for v in values), "ranks differ bitwise"
+    for v in values:
+        assert [c["seq"] for c in v["calls"]] == list(range(24))
+        assert all(c["ok"] for c in v["calls"])
+    # Every rank ran the same algorithm with the same straggler for every call.
+    plans = [[(c["algorithm"], c["straggler"]) for c in v["calls"]] for v in values]
+    assert all(p == plans[0] for p in plans), plans

@@ -479,7 +479,9 @@ void StraggBackend::run_task(Task& task, CallRecord& record) {
     if (planner_->dynamic()) {
       const auto window = dynamic_window_for(nbytes);
       record.window_s = std::chrono::duration<double>(window).count();
-      call_straggler = executor_->agree_on_straggler(spec, window, task.timeout, store_board_.get());
+      // The board numbers agreements 0, 1, 2, ... (internal collectives take no ticket).
+      call_straggler = executor_->agree_on_straggler(spec, window, task.timeout,
+                                                     store_board_.get(), agreements_++);
       (call_straggler >= 0 ? dynamic_straggler_calls_ : dynamic_plain_calls_).fetch_add(1);
       last_straggler_.store(call_straggler);
     } else if (planner_->profiled()) {

@@ -229,7 +229,8 @@ class StraggBackend final : public c10d::Backend {
 
   // Worker-thread state: wire sequence numbers (user calls and internal collectives), profiler.
   uint64_t wire_seq_ = 0;
-  uint64_t executor_calls_ = 0;  // completed executor all_reduces (the profiler's call index)
+  uint64_t executor_calls_ = 0;
+  uint64_t agreements_ = 0;      // dynamic straggler agreements so far (the arrival board's key)  // completed executor all_reduces (the profiler's call index)
   BackendConfig config_;
   ProfilerSettings profiler_settings_;
   std::unique_ptr<StragglerProfiler> profiler_;  // guarded by profiler_mu_ for readers

@@ -85,6 +85,189 @@ Step& Schedule::add_step(int phase, bool pre_arrival, bool same_round) {
   return steps.back();
 }
 
+// ---------------------------------------------------------------------------- patterns
+
+namespace {
+
+// Checks the user-set fields of a pattern (not the derived tables).
+void check_rule(const Pattern& p, int n) {
+  const int L = p.ring_size();
+  if (L < 2) throw ScheduleError("pattern: the ring needs at least 2 ranks");
+  if (L > n) throw ScheduleError("pattern: the ring has more ranks than the schedule");
+  std::vector<char> seen(n, 0);
+  for (int r : p.ring) {
+    if (r < 0 || r >= n) throw ScheduleError("pattern: ring rank " + std::to_string(r) + " out of range");
+    if (seen[r]++) throw ScheduleError("pattern: rank " + std::to_string(r) + " appears twice on the ring");
+  }
+  if (static_cast<int>(p.rank_class.size()) != n || static_cast<int>(p.rank_chunk.size()) != n)
+    throw ScheduleError("pattern: rank_class and rank_chunk need one entry per rank");
+  for (int c : p.rank_class)
+    if (c < 0 || c >= 32) throw ScheduleError("pattern: rank classes must be in [0, 32)");
+  if (p.instances < 1) throw ScheduleError("pattern: instances must be >= 1");
+  if (p.chunk_stride < 0) throw ScheduleError("pattern: chunk_stride must be >= 0");
+  if (p.lanes.empty()) throw ScheduleError("pattern: no lanes");
+  for (const PatternLane& l : p.lanes) {
+    if (l.count < 1) throw ScheduleError("pattern: lane count must be >= 1");
+    if (l.key != PatternLane::kSender && l.key != PatternLane::kReceiver && l.key != PatternLane::kNone)
+      throw ScheduleError("pattern: bad lane key");
+  }
+}
+
+}  // namespace
+
+void Pattern::finalize(int n) {
+  check_rule(*this, n);
+  const int L = ring_size();
+  num_classes = 1 + *std::max_element(rank_class.begin(), rank_class.end());
+  lane_of_classes.assign(static_cast<size_t>(num_classes) * num_classes, -1);
+  for (size_t l = 0; l < lanes.size(); ++l)
+    for (int cs = 0; cs < num_classes; ++cs)
+      for (int cd = 0; cd < num_classes; ++cd) {
+        if (!((lanes[l].src_classes >> cs) & 1u) || !((lanes[l].dst_classes >> cd) & 1u)) continue;
+        int8_t& slot = lane_of_classes[cs * num_classes + cd];
+        if (slot >= 0)
+          throw ScheduleError("pattern: lanes " + std::to_string(slot) + " and " +
+                              std::to_string(l) + " both match classes " + std::to_string(cs) +
+                              " -> " + std::to_string(cd));
+        slot = static_cast<int8_t>(l);
+      }
+  position.assign(n, -1);
+  for (int x = 0; x < L; ++x) position[ring[x]] = x;
+  // Per lane: shifts d for which some position x has (ring[x], ring[x+d]) in the lane's classes.
+  lane_has_pairs.assign(lanes.size(), std::vector<uint8_t>(L, 0));
+  for (size_t l = 0; l < lanes.size(); ++l) {
+    std::vector<int> ps, pd;
+    for (int x = 0; x < L; ++x) {
+      const int c = rank_class[ring[x]];
+      if ((lanes[l].src_classes >> c) & 1u) ps.push_back(x);
+      if ((lanes[l].dst_classes >> c) & 1u) pd.push_back(x);
+    }
+    std::vector<uint8_t>& has = lane_has_pairs[l];
+    if (ps.size() + pd.size() > static_cast<size_t>(L)) {
+      // Pigeonhole: ps + d and pd always intersect.
+      std::fill(has.begin() + 1, has.end(), 1);
+    } else {
+      for (int x : ps)
+        for (int y : pd)
+          if (y != x) has[(y - x + L) % L] = 1;
+    }
+  }
+}
+
+bool Pattern::make_transfer(int lane, int src, int dst, int rep, Transfer* out) const {
+  const PatternLane& l = lanes[lane];
+  const int j = rep - l.delay;
+  if (j < 0 || j >= instances) return false;
+  const int off = l.key == PatternLane::kSender ? rank_chunk[src]
+                  : l.key == PatternLane::kReceiver ? rank_chunk[dst]
+                                                    : 0;
+  out->src = src;
+  out->dst = dst;
+  out->chunk = j * chunk_stride + off + l.chunk_add;
+  out->count = l.count;
+  out->op = l.op;
+  return true;
+}
+
+void Pattern::expand(int shift, int rep, std::vector<Transfer>& out) const {
+  const int L = ring_size();
+  Transfer t;
+  for (int x = 0, y = shift; x < L; ++x, ++y) {
+    if (y >= L) y -= L;
+    const int u = ring[x], v = ring[y];
+    const int l = lane_for(u, v);
+    if (l >= 0 && make_transfer(l, u, v, rep, &t)) out.push_back(t);
+  }
+}
+
+bool Pattern::has_transfers(int shift, int rep) const {
+  for (size_t l = 0; l < lanes.size(); ++l) {
+    const int j = rep - lanes[l].delay;
+    if (j >= 0 && j < instances && lane_has_pairs[l][shift]) return true;
+  }
+  return false;
+}
+
+bool Pattern::send_of(int rank, int shift, int rep, Transfer* out) const {
+  const int x = position[rank];
+  if (x < 0) return false;
+  const int L = ring_size();
+  const int v = ring[(x + shift) % L];
+  const int l = lane_for(rank, v);
+  return l >= 0 && make_transfer(l, rank, v, rep, out);
+}
+
+bool Pattern::recv_of(int rank, int shift, int rep, Transfer* out) const {
+  const int x = position[rank];
+  if (x < 0) return false;
+  const int L = ring_size();
+  const int u = ring[((x - shift) % L + L) % L];
+  const int l = lane_for(u, rank);
+  return l >= 0 && make_transfer(l, u, rank, rep, out);
+}
+
+int Schedule::add_pattern(Pattern p) {
+  p.finalize(n);
+  patterns.push_back(std::move(p));
+  return static_cast<int>(patterns.size()) - 1;
+}
+
+Step& Schedule::add_pattern_step(int pattern, int shift, int rep, int phase, bool pre_arrival,
+                                 bool same_round) {
+  if (pattern < 0 || pattern >= static_cast<int>(patterns.size()))
+    throw ScheduleError(algorithm + ": pattern index " + std::to_string(pattern) + " out of range");
+  if (shift < 1 || shift >= patterns[pattern].ring_size())
+    throw ScheduleError(algorithm + ": pattern shift " + std::to_string(shift) + " out of range");
+  Step& st = add_step(phase, pre_arrival, same_round);
+  st.pattern = pattern;
+  st.shift = shift;
+  st.rep = rep;
+  return st;
+}
+
+bool Schedule::is_compact() const {
+  for (const Step& st : steps)
+    if (st.pattern >= 0) return true;
+  return false;
+}
+
+const std::vector<Transfer>& Schedule::transfers_of(size_t i, std::vector<Transfer>& scratch) const {
+  const Step& st = steps[i];
+  if (st.pattern < 0) return st.transfers;
+  scratch.clear();
+  patterns.at(st.pattern).expand(st.shift, st.rep, scratch);
+  return scratch;
+}
+
+Schedule Schedule::expanded() const {
+  Schedule out;
+  out.algorithm = algorithm;
+  out.collective = collective;
+  out.n = n;
+  out.num_chunks = num_chunks;
+  out.segments = segments;
+  out.chunk_weights = chunk_weights;
+  out.chunk_owner = chunk_owner;
+  out.phases = phases;
+  out.stragglers = stragglers;
+  out.rank_slowdown = rank_slowdown;
+  out.params_json = params_json;
+  out.steps.reserve(steps.size());
+  std::vector<Transfer> scratch;
+  for (size_t i = 0; i < steps.size(); ++i) {
+    const Step& st = steps[i];
+    Step c;
+    c.round = st.round;
+    c.phase = st.phase;
+    c.pre_arrival = st.pre_arrival;
+    c.reconfigure = st.reconfigure;
+    const std::vector<Transfer>& t = transfers_of(i, scratch);
+    c.transfers.assign(t.begin(), t.end());
+    out.steps.push_back(std::move(c));
+  }
+  return out;
+}
+
 double Schedule::total_weight() const {
   return std::accumulate(chunk_weights.begin(), chunk_weights.end(), 0.0);
 }
@@ -122,6 +305,7 @@ std::vector<RankOp> Schedule::rank_program(int rank) const {
     throw ScheduleError("rank_program: rank " + std::to_string(rank) + " out of range [0," +
                         std::to_string(n) + ")");
   std::vector<RankOp> prog;
+  prog.reserve(steps.size());  // at most one op per step
   for (size_t i = 0; i < steps.size(); ++i) {
     const Step& st = steps[i];
     RankOp op;
@@ -129,6 +313,25 @@ std::vector<RankOp> Schedule::rank_program(int rank) const {
     op.round = st.round;
     op.phase = st.phase;
     op.pre_arrival = st.pre_arrival;
+    if (st.pattern >= 0) {
+      const Pattern& p = patterns.at(st.pattern);
+      Transfer t;
+      if (p.send_of(rank, st.shift, st.rep, &t)) {
+        op.has_send = true;
+        op.send_peer = t.dst;
+        op.send_chunk = t.chunk;
+        op.send_count = t.count;
+      }
+      if (p.recv_of(rank, st.shift, st.rep, &t)) {
+        op.has_recv = true;
+        op.recv_peer = t.src;
+        op.recv_chunk = t.chunk;
+        op.recv_count = t.count;
+        op.recv_op = t.op;
+      }
+      if (op.has_send || op.has_recv) prog.push_back(op);
+      continue;
+    }
     for (const Transfer& t : st.transfers) {
       if (t.src == rank) {
         op.has_send = true;
@@ -177,7 +380,22 @@ void Schedule::validate_structure() const {
   for (int s : stragglers)
     if (s < 0 || s >= n) throw ScheduleError(algorithm + ": straggler rank out of range");
 
+  for (size_t q = 0; q < patterns.size(); ++q) {
+    const Pattern& p = patterns[q];
+    try {
+      check_rule(p, n);
+    } catch (const ScheduleError& e) {
+      throw ScheduleError(algorithm + ": pattern " + std::to_string(q) + ": " + e.what());
+    }
+    if (static_cast<int>(p.position.size()) != n || p.lane_has_pairs.size() != p.lanes.size() ||
+        p.num_classes < 1 ||
+        p.lane_of_classes.size() != static_cast<size_t>(p.num_classes) * p.num_classes)
+      throw ScheduleError(algorithm + ": pattern " + std::to_string(q) +
+                          " is not finalized (use Schedule::add_pattern)");
+  }
+
   std::vector<int> sent(n, -1), recvd(n, -1);
+  std::vector<Transfer> scratch;
   // Round rule bookkeeping: per rank, chunks sent / received within the current round.
   std::vector<std::vector<std::pair<int, int>>> round_sends(n), round_reduces(n), round_copies(n);
   for (size_t i = 0; i < steps.size(); ++i) {
@@ -193,7 +411,16 @@ void Schedule::validate_structure() const {
     }
     if (st.phase < 0 || st.phase >= static_cast<int>(phases.size()))
       throw ScheduleError(where(*this, i) + ": phase index out of range");
-    for (const Transfer& t : st.transfers) {
+    if (st.pattern >= 0) {
+      if (st.pattern >= static_cast<int>(patterns.size()))
+        throw ScheduleError(where(*this, i) + ": pattern index out of range");
+      if (st.shift < 1 || st.shift >= patterns[st.pattern].ring_size())
+        throw ScheduleError(where(*this, i) + ": pattern shift out of range");
+      if (!st.transfers.empty())
+        throw ScheduleError(where(*this, i) + ": a pattern step must not list transfers");
+    }
+    const std::vector<Transfer>& transfers = transfers_of(i, scratch);
+    for (const Transfer& t : transfers) {
       if (t.src < 0 || t.src >= n || t.dst < 0 || t.dst >= n)
         throw ScheduleError(where(*this, i) + ": transfer rank out of range (" +
                             std::to_string(t.src) + "->" + std::to_string(t.dst) + ")");
@@ -220,7 +447,7 @@ void Schedule::validate_structure() const {
     // Round rule: within one round (across different steps) a rank must not send a chunk it
     // receives, and a copied chunk must not be received twice (several reductions into the same
     // chunk commute and are allowed).
-    for (const Transfer& t : st.transfers) {
+    for (const Transfer& t : transfers) {
       const int a = t.chunk, b = t.chunk + t.count;
       auto overlaps = [&](const std::vector<std::pair<int, int>>& v) {
         for (const auto& p : v)
@@ -237,7 +464,7 @@ void Schedule::validate_structure() const {
                             " receives a chunk it sends or receives in another step of round " +
                             std::to_string(st.round));
     }
-    for (const Transfer& t : st.transfers) {
+    for (const Transfer& t : transfers) {
       round_sends[t.src].push_back({t.chunk, t.chunk + t.count});
       (t.op == RecvOp::kReduce ? round_reduces : round_copies)[t.dst].push_back(
           {t.chunk, t.chunk + t.count});
@@ -259,6 +486,16 @@ Schedule relabel(const Schedule& s, const std::vector<int>& perm) {
       t.src = perm[t.src];
       t.dst = perm[t.dst];
     }
+  for (size_t q = 0; q < s.patterns.size(); ++q) {
+    const Pattern& p = s.patterns[q];
+    Pattern& np = out.patterns[q];
+    for (size_t x = 0; x < p.ring.size(); ++x) np.ring[x] = perm[p.ring[x]];
+    for (int r = 0; r < s.n; ++r) {
+      np.rank_class[perm[r]] = p.rank_class[r];
+      np.rank_chunk[perm[r]] = p.rank_chunk[r];
+    }
+    np.finalize(s.n);
+  }
   for (auto& o : out.chunk_owner)
     if (o >= 0) o = perm[o];
   for (auto& sg : out.stragglers) sg = perm[sg];
@@ -285,10 +522,13 @@ void append_steps(Schedule& head, const Schedule& tail) {
     throw ScheduleError("append_steps: schedules differ in n or num_chunks");
   int base = head.steps.empty() ? 0 : head.steps.back().round + 1;
   int first_tail_round = tail.steps.empty() ? 0 : tail.steps.front().round;
+  const int pattern_base = static_cast<int>(head.patterns.size());
+  head.patterns.insert(head.patterns.end(), tail.patterns.begin(), tail.patterns.end());
   for (const Step& st : tail.steps) {
     Step copy = st;
     copy.round = base + (st.round - first_tail_round);
     copy.phase = head.phase_index(tail.phases.at(st.phase));
+    if (copy.pattern >= 0) copy.pattern += pattern_base;
     head.steps.push_back(std::move(copy));
   }
 }

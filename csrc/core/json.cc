@@ -7,6 +7,8 @@
 //    "num_rounds": 6,
 //    "steps": [{"round": 0, "phase": 0, "pre_arrival": false,
 //               "transfers": [[src, dst, chunk, count, "reduce"|"copy"], ...]}, ...]}
+// Pattern steps (ir.h, compact form) are written expanded, so a schedule read back is explicit
+// and equal to Schedule::expanded().
 #include <nlohmann/json.hpp>
 
 #include "core/ir.h"
@@ -36,9 +38,11 @@ std::string to_json(const Schedule& s, int indent) {
   }
   j["num_rounds"] = s.num_rounds();
   json steps = json::array();
-  for (const Step& st : s.steps) {
+  std::vector<Transfer> scratch;
+  for (size_t i = 0; i < s.steps.size(); ++i) {
+    const Step& st = s.steps[i];
     json t = json::array();
-    for (const Transfer& x : st.transfers)
+    for (const Transfer& x : s.transfers_of(i, scratch))
       t.push_back(json::array({x.src, x.dst, x.chunk, x.count, to_string(x.op)}));
     json js = {{"round", st.round}, {"phase", st.phase}, {"pre_arrival", st.pre_arrival}};
     if (st.reconfigure) js["reconfigure"] = true;

@@ -91,62 +91,78 @@ Schedule optcc(int n, const OptccOptions& opt_in) {
   else
     s.phases = {"S1_reduce_scatter+S2_upload", "S4_allgather+S3_download", "bubble_fill"};
   const int kReducePhase = 0, kCopyPhase = 1, kBubble = 2;
-  auto section = [&](int seg, int owner) { return seg * per_seg + section_of[owner]; };
-  auto bubble_chunk = [&](int seg) { return seg * per_seg + h; };
-  const int sigma = opt.stragglers[0];
 
   const int bodies = k + (s3_first ? 1 : 3);
-  // The output is Theta(k p^2) transfers (~136M for p = 1024, k = 64): reserve every vector once
-  // (no growth reallocations) and size each step's transfer list exactly.
-  s.steps.reserve(static_cast<size_t>(bodies) * (p - 1) * (bubble ? 3 : 2));
-  std::vector<Transfer> fast_a, fast_b, extra;
-  fast_a.reserve(p);
-  fast_b.reserve(p);
-  extra.reserve(p);
+  // Compact form (ir.h): window d of body b is one round of up to three pattern steps, all on the
+  // ring of positions (rank_at) with shift d and repetition b; the lanes below are the stage rules
+  // (segment = b - delay). Only the step headers are built here: O(bodies * p), no transfers.
+  enum : int { kHealthy = 0, kSigma = 1, kOtherStraggler = 2 };
+  Pattern base;
+  base.ring = rank_at;
+  base.rank_class.assign(n, kHealthy);
+  for (int i = 0; i < m; ++i) base.rank_class[opt.stragglers[i]] = i == 0 ? kSigma : kOtherStraggler;
+  base.rank_chunk.assign(n, 0);
+  for (int r = 0; r < n; ++r)
+    if (section_of[r] >= 0) base.rank_chunk[r] = section_of[r];
+  base.chunk_stride = per_seg;
+  base.instances = k;
+  const uint32_t H = 1u << kHealthy, SG = 1u << kSigma, ANY = H | SG | (1u << kOtherStraggler);
+  auto lane = [](uint32_t src, uint32_t dst, PatternLane::Key key, int add, int delay, RecvOp op) {
+    PatternLane l;
+    l.src_classes = src;
+    l.dst_classes = dst;
+    l.key = key;
+    l.chunk_add = add;
+    l.delay = delay;
+    l.op = op;
+    return l;
+  };
+  const auto kSrc = PatternLane::kSender, kDst = PatternLane::kReceiver;
+  Pattern pa = base, pb = base;
+  if (s3_first) {
+    // Reduce-scatter of segment b into owners (straggler contributions included: S3->S1).
+    pa.lanes = {lane(ANY, H, kDst, 0, 0, RecvOp::kReduce)};
+    // Allgather of segment b-1 from owners (to stragglers: S4->S2).
+    pb.lanes = {lane(H, ANY, kSrc, 0, 1, RecvOp::kCopy)};
+  } else {
+    pa.lanes = {lane(H, H, kDst, 0, 0, RecvOp::kReduce),    // S1 of segment b
+                lane(H, SG, kSrc, 0, 1, RecvOp::kReduce)};  // S2 of segment b-1
+    pb.lanes = {lane(H, H, kSrc, 0, 3, RecvOp::kCopy),      // S4 of segment b-3
+                lane(SG, H, kDst, 0, 2, RecvOp::kCopy)};    // S3 of segment b-2
+  }
+  const int ia = s.add_pattern(std::move(pa));
+  const int ib = s.add_pattern(std::move(pb));
+  int ie = -1;
+  if (bubble) {
+    Pattern pe = std::move(base);
+    pe.lanes = {lane(H, SG, PatternLane::kNone, h, 0, RecvOp::kReduce),  // bubble of segment b up
+                lane(SG, H, PatternLane::kNone, h, 1, RecvOp::kCopy)};   // and of b-1 down
+    ie = s.add_pattern(std::move(pe));
+  }
+  struct Stream {
+    int pattern, phase;
+  };
+  std::vector<Stream> streams = {{ia, kReducePhase}, {ib, kCopyPhase}};
+  if (bubble) streams.push_back({ie, kBubble});
+
+  s.steps.reserve(static_cast<size_t>(bodies) * (p - 1) * streams.size());
+  int round = -1;
   for (int b = 0; b < bodies; ++b) {
     for (int d = 1; d < p; ++d) {
-      // Each window is one round of up to three concurrent one-port steps.
-      fast_a.clear();
-      fast_b.clear();
-      extra.clear();
-      for (int x = 0; x < p; ++x) {
-        const int u = rank_at[x], v = rank_at[(x + d) % p];
-        const bool hu = !is_straggler[u], hv = !is_straggler[v];
-        if (s3_first) {
-          // Reduce-scatter of segment b into owners (straggler contributions included: S3->S1).
-          if (b < k && hv) fast_a.push_back({u, v, section(b, v), 1, RecvOp::kReduce});
-          // Allgather of segment b-1 from owners (to stragglers: S4->S2).
-          if (b >= 1 && b - 1 < k && hu) fast_b.push_back({u, v, section(b - 1, u), 1, RecvOp::kCopy});
-        } else {
-          if (hu && hv) {
-            if (b < k) fast_a.push_back({u, v, section(b, v), 1, RecvOp::kReduce});  // S1
-            if (b >= 3 && b - 3 < k)
-              fast_b.push_back({u, v, section(b - 3, u), 1, RecvOp::kCopy});  // S4
-          } else if (hu && v == sigma) {
-            if (b >= 1 && b - 1 < k)
-              fast_a.push_back({u, v, section(b - 1, u), 1, RecvOp::kReduce});  // S2
-          } else if (u == sigma && hv) {
-            if (b >= 2 && b - 2 < k)
-              fast_b.push_back({u, v, section(b - 2, v), 1, RecvOp::kCopy});  // S3
-          }
-        }
-        if (bubble) {
-          if (hu && v == sigma && b < k)
-            extra.push_back({u, v, bubble_chunk(b), 1, RecvOp::kReduce});
-          if (u == sigma && hv && b >= 1 && b - 1 < k)
-            extra.push_back({u, v, bubble_chunk(b - 1), 1, RecvOp::kCopy});
-        }
-      }
+      // Each window is one round of up to three concurrent one-port steps (empty ones omitted).
       bool first = true;
-      auto emit = [&](std::vector<Transfer>& t, int phase) {
-        if (t.empty()) return;
-        Step& st = s.add_step(phase, false, /*same_round=*/!first);
-        st.transfers.assign(t.begin(), t.end());  // exact capacity; t keeps its buffer
+      for (const Stream& st : streams) {
+        if (!s.patterns[st.pattern].has_transfers(d, b)) continue;
+        if (first) ++round;
         first = false;
-      };
-      emit(fast_a, kReducePhase);
-      emit(fast_b, kCopyPhase);
-      emit(extra, kBubble);
+        s.steps.emplace_back();
+        Step& step = s.steps.back();
+        step.round = round;
+        step.phase = st.phase;
+        step.pattern = st.pattern;
+        step.shift = d;
+        step.rep = b;
+      }
     }
   }
   std::ostringstream ps;

@@ -40,9 +40,10 @@ std::string to_table(const Schedule& s, int max_steps) {
   std::vector<std::vector<std::string>> cells;  // [step][rank]
   const int rows = max_steps < 0 ? s.num_steps() : std::min(max_steps, s.num_steps());
   size_t width = 4;
+  std::vector<Transfer> scratch;
   for (int i = 0; i < rows; ++i) {
     std::vector<std::string> row(s.n);
-    for (const Transfer& t : s.steps[i].transfers) {
+    for (const Transfer& t : s.transfers_of(i, scratch)) {
       std::string send = ">" + std::to_string(t.dst) + ":" + chunk_label(t.chunk, t.count);
       std::string recv = "<" + std::to_string(t.src) + ":" + chunk_label(t.chunk, t.count) +
                          (t.op == RecvOp::kReduce ? "+" : "=");

@@ -26,14 +26,16 @@ py::dict transfer_dict(const Transfer& t) {
 
 py::list steps_list(const Schedule& s) {
   py::list out;
-  for (const Step& st : s.steps) {
+  std::vector<Transfer> scratch;
+  for (size_t i = 0; i < s.steps.size(); ++i) {
+    const Step& st = s.steps[i];
     py::dict d;
     d["round"] = st.round;
     d["phase"] = s.phases[st.phase];
     d["pre_arrival"] = st.pre_arrival;
     d["reconfigure"] = st.reconfigure;
     py::list ts;
-    for (const Transfer& t : st.transfers) ts.append(transfer_dict(t));
+    for (const Transfer& t : s.transfers_of(i, scratch)) ts.append(transfer_dict(t));
     d["transfers"] = ts;
     out.append(d);
   }
@@ -79,6 +81,8 @@ PYBIND11_MODULE(_core, m) {
       .def_property_readonly("num_steps", &Schedule::num_steps)
       .def_property_readonly("num_rounds", &Schedule::num_rounds)
       .def_property_readonly("num_post_arrival_rounds", &Schedule::num_post_arrival_rounds)
+      .def_property_readonly("compact", &Schedule::is_compact)
+      .def("expanded", &Schedule::expanded)
       .def("steps", &steps_list)
       .def("rank_program", &rank_program_list, py::arg("rank"))
       .def("chunk_ranges",

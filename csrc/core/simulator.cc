@@ -68,6 +68,18 @@ SimResult simulate(const Schedule& s, const SimOptions& o) {
     throw ScheduleError("simulate: reconfigure has " + std::to_string(o.reconfigure.size()) +
                         " entries, expected one per round (" + std::to_string(spans.size()) + ")");
 
+  // Transfers of one round (all its steps, in order; pattern steps expanded), O(n) memory.
+  std::vector<Transfer> round_buf, scratch;
+  auto round_transfers = [&](const RoundSpan& sp) -> const std::vector<Transfer>& {
+    if (sp.end == sp.begin + 1) return s.transfers_of(sp.begin, scratch);
+    round_buf.clear();
+    for (size_t i = sp.begin; i < sp.end; ++i) {
+      const std::vector<Transfer>& t = s.transfers_of(i, scratch);
+      round_buf.insert(round_buf.end(), t.begin(), t.end());
+    }
+    return round_buf;
+  };
+
   SimResult res;
   res.rounds = static_cast<int>(spans.size());
   res.rank_finish = arrival;
@@ -82,15 +94,14 @@ SimResult simulate(const Schedule& s, const SimOptions& o) {
       std::fill(recv_load.begin(), recv_load.end(), 0.0);
       double start = clock;
       bool pre = true;
-      for (size_t i = sp.begin; i < sp.end; ++i) {
-        pre &= s.steps[i].pre_arrival;
-        for (const Transfer& t : s.steps[i].transfers) {
-          start = std::max({start, arrival[t.src], arrival[t.dst]});
-          const double b = bytes_of(t);
-          send_load[t.src] += b * factor(t);
-          recv_load[t.dst] += b * factor(t);
-          sent_total[t.src] += b;
-        }
+      for (size_t i = sp.begin; i < sp.end; ++i) pre &= s.steps[i].pre_arrival;
+      const std::vector<Transfer>& rt = round_transfers(sp);
+      for (const Transfer& t : rt) {
+        start = std::max({start, arrival[t.src], arrival[t.dst]});
+        const double b = bytes_of(t);
+        send_load[t.src] += b * factor(t);
+        recv_load[t.dst] += b * factor(t);
+        sent_total[t.src] += b;
       }
       bool reconf = !o.reconfigure.empty() && o.reconfigure[k];
       for (size_t i = sp.begin; i < sp.end; ++i) reconf |= s.steps[i].reconfigure;
@@ -99,20 +110,19 @@ SimResult simulate(const Schedule& s, const SimOptions& o) {
         // Static ring: shortest-path routing, per-hop delay, congestion on the busiest link.
         std::vector<double> cw(n, 0.0), ccw(n, 0.0);  // link i->i+1 and i->i-1
         int max_hops = 0;
-        for (size_t i = sp.begin; i < sp.end; ++i)
-          for (const Transfer& t : s.steps[i].transfers) {
-            const int d = ((t.dst - t.src) % n + n) % n;
-            const bool clockwise = d <= n - d;
-            const int hops = clockwise ? d : n - d;
-            max_hops = std::max(max_hops, hops);
-            const double b = bytes_of(t) * factor(t);
-            for (int h = 0; h < hops; ++h) {
-              if (clockwise)
-                cw[(t.src + h) % n] += b;
-              else
-                ccw[((t.src - h) % n + n) % n] += b;
-            }
+        for (const Transfer& t : rt) {
+          const int d = ((t.dst - t.src) % n + n) % n;
+          const bool clockwise = d <= n - d;
+          const int hops = clockwise ? d : n - d;
+          max_hops = std::max(max_hops, hops);
+          const double b = bytes_of(t) * factor(t);
+          for (int h = 0; h < hops; ++h) {
+            if (clockwise)
+              cw[(t.src + h) % n] += b;
+            else
+              ccw[((t.src - h) % n + n) % n] += b;
           }
+        }
         double link = 0.0;
         for (int i = 0; i < n; ++i) link = std::max({link, cw[i], ccw[i]});
         duration += max_hops * o.hop_delay + link * o.beta;
@@ -123,11 +133,10 @@ SimResult simulate(const Schedule& s, const SimOptions& o) {
         if (o.ring_topology) duration += o.hop_delay + o.reconfig_delay;
       }
       const double end = start + duration;
-      for (size_t i = sp.begin; i < sp.end; ++i)
-        for (const Transfer& t : s.steps[i].transfers) {
-          res.rank_finish[t.src] = std::max(res.rank_finish[t.src], end);
-          res.rank_finish[t.dst] = std::max(res.rank_finish[t.dst], end);
-        }
+      for (const Transfer& t : rt) {
+        res.rank_finish[t.src] = std::max(res.rank_finish[t.src], end);
+        res.rank_finish[t.dst] = std::max(res.rank_finish[t.dst], end);
+      }
       res.round_end.push_back(end);
       if (pre) res.pre_arrival_time = end;
       clock = end;
@@ -143,32 +152,29 @@ SimResult simulate(const Schedule& s, const SimOptions& o) {
       std::fill(recv_load.begin(), recv_load.end(), 0.0);
       for (int r = 0; r < n; ++r) start[r] = free_at[r];
       bool pre = true;
-      for (size_t i = sp.begin; i < sp.end; ++i) {
-        pre &= s.steps[i].pre_arrival;
-        for (const Transfer& t : s.steps[i].transfers) {
-          for (int c = t.chunk; c < t.chunk + t.count; ++c)
-            start[t.src] = std::max(start[t.src], rd(t.src, c));
-          const double b = bytes_of(t);
-          send_load[t.src] += b * factor(t);
-          recv_load[t.dst] += b * factor(t);
-          sent_total[t.src] += b;
-        }
+      for (size_t i = sp.begin; i < sp.end; ++i) pre &= s.steps[i].pre_arrival;
+      const std::vector<Transfer>& rt = round_transfers(sp);
+      for (const Transfer& t : rt) {
+        for (int c = t.chunk; c < t.chunk + t.count; ++c)
+          start[t.src] = std::max(start[t.src], rd(t.src, c));
+        const double b = bytes_of(t);
+        send_load[t.src] += b * factor(t);
+        recv_load[t.dst] += b * factor(t);
+        sent_total[t.src] += b;
       }
-      for (size_t i = sp.begin; i < sp.end; ++i)
-        for (const Transfer& t : s.steps[i].transfers) {
-          const double end = std::max(start[t.src], start[t.dst]) + o.alpha +
-                             std::max(send_load[t.src], recv_load[t.dst]) * o.beta;
-          res.rank_finish[t.src] = std::max(res.rank_finish[t.src], end);
-          res.rank_finish[t.dst] = std::max(res.rank_finish[t.dst], end);
-          for (int c = t.chunk; c < t.chunk + t.count; ++c) rd(t.dst, c) = std::max(rd(t.dst, c), end);
-          if (pre) res.pre_arrival_time = std::max(res.pre_arrival_time, end);
-        }
+      for (const Transfer& t : rt) {
+        const double end = std::max(start[t.src], start[t.dst]) + o.alpha +
+                           std::max(send_load[t.src], recv_load[t.dst]) * o.beta;
+        res.rank_finish[t.src] = std::max(res.rank_finish[t.src], end);
+        res.rank_finish[t.dst] = std::max(res.rank_finish[t.dst], end);
+        for (int c = t.chunk; c < t.chunk + t.count; ++c) rd(t.dst, c) = std::max(rd(t.dst, c), end);
+        if (pre) res.pre_arrival_time = std::max(res.pre_arrival_time, end);
+      }
       // A rank is busy until all of its messages of the round are done.
-      for (size_t i = sp.begin; i < sp.end; ++i)
-        for (const Transfer& t : s.steps[i].transfers) {
-          free_at[t.src] = std::max(free_at[t.src], res.rank_finish[t.src]);
-          free_at[t.dst] = std::max(free_at[t.dst], res.rank_finish[t.dst]);
-        }
+      for (const Transfer& t : rt) {
+        free_at[t.src] = std::max(free_at[t.src], res.rank_finish[t.src]);
+        free_at[t.dst] = std::max(free_at[t.dst], res.rank_finish[t.dst]);
+      }
     }
   }
   res.time = 0.0;

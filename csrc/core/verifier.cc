@@ -90,6 +90,7 @@ VerifyResult verify(const Schedule& s) {
 
   std::vector<Pending> pending;
   std::vector<uint64_t> buffer;
+  std::vector<Transfer> scratch;  // expansion of a pattern step
   size_t i = 0;
   while (i < s.steps.size()) {
     const int round = s.steps[i].round;
@@ -97,7 +98,7 @@ VerifyResult verify(const Schedule& s) {
     buffer.clear();
     size_t j = i;
     for (; j < s.steps.size() && s.steps[j].round == round; ++j) {
-      for (const Transfer& t : s.steps[j].transfers) {
+      for (const Transfer& t : s.transfers_of(j, scratch)) {
         for (int c = t.chunk; c < t.chunk + t.count; ++c) {
           const uint64_t* src = st.at(t.src, c);
           if (st.empty(src)) {

@@ -273,7 +273,9 @@ void Executor::run(const RankPlan& plan, const CollectiveSpec& spec, void* buf,
 }
 
 int Executor::agree_on_straggler(const CollectiveSpec& spec, std::chrono::microseconds window,
-                                 std::chrono::milliseconds timeout, ArrivalBoard* board) {
+                                 std::chrono::milliseconds timeout, ArrivalBoard* board,
+                                 std::optional<uint64_t> board_seq) {
+  const uint64_t key = board_seq.value_or(spec.seq);
   const int rank = transport_.rank();
   const int n = transport_.size();
   if (board == nullptr) board = transport_.arrival_board();
@@ -293,19 +295,19 @@ int Executor::agree_on_straggler(const CollectiveSpec& spec, std::chrono::micros
     ~AddTime() { total += std::chrono::duration<double>(Clock::now() - start).count(); }
   } add_time{stats_.agreement_s, start};
   try {
-    if (board->arrive(spec.seq) == n - 1) return board->decide(spec.seq, -1);  // last: no wait
+    if (board->arrive(key) == n - 1) return board->decide(key, -1);  // last: no wait
     const auto deadline = start + timeout;
     auto window_end = Clock::time_point::max();
     auto last_health_check = start;
     while (true) {
       const uint64_t token = transport_.activity_token();
-      if (auto d = board->decision(spec.seq)) return *d;
+      if (auto d = board->decision(key)) return *d;
       const auto now = Clock::now();
-      const int missing = board->missing_rank(spec.seq);
+      const int missing = board->missing_rank(key);
       if (missing >= 0) {
         if (window_end == Clock::time_point::max()) window_end = now + window;
         // Waited long enough for the last rank (ski rental): go ahead without it.
-        if (now >= window_end) return board->decide(spec.seq, missing);
+        if (now >= window_end) return board->decide(key, missing);
       }
       if (auto reason = transport_.abort_reason()) {
         throw Error(prefix(rank, spec) + ": aborted: " + *reason);

@@ -3,6 +3,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include "runtime/dtype.h"
@@ -45,9 +46,12 @@ class Executor {
   // through the transport's ArrivalBoard, on who is late for collective spec.seq. Returns -1
   // when every rank arrived within `window` of the (n-1)-th arrival (run the plain algorithm),
   // else the rank that arrived last. `board`: where the ranks meet (nullptr: the transport's).
+  // `board_seq`: the agreement's number on the board (boards count agreements 0, 1, 2, ...;
+  // default spec.seq, for groups whose every collective is an agreement).
   // Throws like run() on timeout, peer death or abort, and stragg::Error if there is no board.
   int agree_on_straggler(const CollectiveSpec& spec, std::chrono::microseconds window,
-                         std::chrono::milliseconds timeout, ArrivalBoard* board = nullptr);
+                         std::chrono::milliseconds timeout, ArrivalBoard* board = nullptr,
+                         std::optional<uint64_t> board_seq = std::nullopt);
 
   const ExecutorStats& stats() const { return stats_; }
   Transport& transport() { return transport_; }
