@@ -6,9 +6,21 @@ cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 
 echo "== C++ tests (csrc/core, csrc/runtime) =="
+# With nvcc on PATH the same build also compiles every GPU source (kernels/, tests/gpu/: target
+# stragg_cuda_check); the GPU suites then skip at runtime on machines without a CUDA device.
+if command -v nvcc >/dev/null 2>&1; then
+  STRAGG_CUDA_MODE=on
+else
+  STRAGG_CUDA_MODE=off
+  echo "test: nvcc not found: skipping the CUDA compile check (kernels/, tests/gpu/)"
+fi
 cmake -S . -B build/ctest -DSTRAGG_TORCH=OFF -DSTRAGG_PYTHON=OFF -DSTRAGG_BUILD_TESTS=ON \
-  -DPython_EXECUTABLE="$PWD/.venv/bin/python" >/dev/null
+  -DSTRAGG_CUDA="$STRAGG_CUDA_MODE" -DPython_EXECUTABLE="$PWD/.venv/bin/python" >/dev/null
 cmake --build build/ctest -j "$(nproc)"
+if [ "$STRAGG_CUDA_MODE" = on ]; then
+  cmake --build build/ctest --target stragg_cuda_check -j "$(nproc)"
+  echo "test: CUDA compile check passed (GPU suites skip without a CUDA device)"
+fi
 ctest --test-dir build/ctest --output-on-failure -j 2
 
 echo "== Python tests =="
