@@ -26,7 +26,15 @@ PY=.venv/bin/python
 "$PY" -m pip install -q --upgrade "pip>=23" "setuptools>=64" wheel
 # torch is pinned: the CPU wheel is on local disk here. Never let pip pick a newer torch.
 "$PY" -m pip install -q "torch==${STRAGG_TORCH_VERSION:-2.13.0}"
-"$PY" -m pip install -q numpy pytest pybind11 ninja
+# transformers and matplotlib: examples/finetune.py (the model, its figure). The torch pin is
+# repeated so that resolving their dependencies can never swap the torch installed above.
+"$PY" -m pip install -q numpy pytest pybind11 ninja "transformers==5.23.0" "matplotlib==3.11.2" \
+  "torch==${STRAGG_TORCH_VERSION:-2.13.0}"
+# GPU parts (kernels/): only where a CUDA compiler exists. NCCL's headers and library come from
+# its wheel (pinned: the NCCL ABI the GPU code is compiled against).
+if command -v nvcc >/dev/null 2>&1; then
+  "$PY" -m pip install -q "nvidia-nccl-cu13==2.32.3"
+fi
 # --no-build-isolation: build against the torch installed above instead of fetching another.
 "$PY" -m pip install -q --no-build-isolation -e .
 "$PY" -c "import stragg, stragg._C, torch; print('setup: stragg', stragg.__version__, 'with torch', torch.__version__)"
