@@ -434,18 +434,9 @@ void StraggBackend::profile_exchange() {
   const int before = profiler_->straggler();
   profiler_->add_batch(all, k, bytes, link_model_, batch_first_call_);
   const ProfilerSummary sum = profiler_->summary();
-  // Median straggler delay of the window's significant calls (the dynamic window's input).
-  std::vector<double> delays;
+  // The window's delays (the dynamic mode's wait-or-proceed rule learns from them).
   const size_t w = std::min<size_t>(profiler_settings_.window, sum.recent_delays_s.size());
-  for (size_t i = sum.recent_delays_s.size() - w; i < sum.recent_delays_s.size(); ++i) {
-    if (sum.recent_last[i] >= 0) delays.push_back(sum.recent_delays_s[i]);
-  }
-  if (!delays.empty()) {
-    std::nth_element(delays.begin(), delays.begin() + delays.size() / 2, delays.end());
-    recent_delay_median_s_ = delays[delays.size() / 2];
-  } else {
-    recent_delay_median_s_ = 0;
-  }
+  recent_delays_.assign(sum.recent_delays_s.end() - w, sum.recent_delays_s.end());
   const int after = profiler_->straggler();
   profiled_straggler_.store(after);
   if (after != before) {
@@ -654,23 +645,56 @@ std::vector<LinkModel> StraggBackend::link_matrix() const {
 
 std::chrono::microseconds StraggBackend::dynamic_window_for(size_t bytes) const {
   if (dynamic_window_.count() >= 0) return dynamic_window_;
-  // Wait-or-proceed (AdapCC §IV-C, ski rental): waiting for the last rank pays off while its
-  // delay is below StragglAR's critical delay c (App. B), so wait up to c. When the recent
-  // straggler delays are known to exceed c, waiting only loses time: proceed at once.
+  // Wait-or-proceed (AdapCC §IV-C). Waiting W for the last rank and then starting StragglAR
+  // without it costs, from the (n-1)-th arrival, for a straggler delay d:
+  //   d <= W: d + T_ring                  (everybody made it: plain Ring)
+  //   d >  W: W + max(d - W, T_rs) + T_post
+  // Without history the break-even (ski-rental) choice is W = c, StragglAR's critical delay
+  // (App. B), never worse than twice the best. With the profiler's recent delays (identical on
+  // every rank) W minimises the expected cost over them: the candidates are "go at once" (50 us),
+  // just above each recent delay below c, and c.
   const int n = getSize();
   LinkModel link;
-  double recent = -1;
+  std::vector<double> delays;
   {
     std::lock_guard<std::mutex> lock(profiler_mu_);
     link = link_model_;
-    recent = recent_delay_median_s_;
+    delays = recent_delays_;
   }
-  const double c = n >= 3 ? core::closed_form::stragglar_critical_delay(
-                                n, static_cast<double>(bytes), link.alpha_s, link.beta_s_per_byte)
-                          : 0.0;
   constexpr double kMinWindow = 50e-6;
-  const double w = recent > c ? kMinWindow : std::max(kMinWindow, c);
-  return std::chrono::microseconds(static_cast<int64_t>(w * 1e6));
+  constexpr double kAbove = 20e-6;  // margin above an observed delay
+  const double b = static_cast<double>(bytes);
+  namespace cf = core::closed_form;
+  const double a = link.alpha_s, beta = link.beta_s_per_byte;
+  const double c = n >= 3 ? cf::stragglar_critical_delay(n, b, a, beta) : 0.0;
+  double best = std::max(kMinWindow, c);
+  if (n >= 3 && !delays.empty()) {
+    const double t_ring = cf::ring(n, b, a, beta);
+    const double t_rs = cf::stragglar_reduce_scatter(n, b, a, beta);
+    const double t_post = cf::stragglar_best(n, b, a, beta);
+    auto expected = [&](double w) {
+      double total = 0;
+      for (double d : delays) {
+        total += d <= w ? d + t_ring : w + std::max(d - w, t_rs) + t_post;
+      }
+      return total;
+    };
+    std::vector<double> candidates = {kMinWindow, best};
+    for (double d : delays) {
+      if (d + kAbove < c) candidates.push_back(d + kAbove);
+    }
+    std::sort(candidates.begin(), candidates.end());
+    double best_cost = expected(candidates.front());
+    best = candidates.front();
+    for (double w : candidates) {
+      const double cost = expected(w);
+      if (cost < best_cost * (1 - 1e-12)) {
+        best_cost = cost;
+        best = w;
+      }
+    }
+  }
+  return std::chrono::microseconds(static_cast<int64_t>(best * 1e6));
 }
 
 void StraggBackend::stop_worker(const char* why) {

@@ -242,7 +242,7 @@ class StraggBackend final : public c10d::Backend {
   LinkModel link_model_;
   std::string link_source_ = "default";
   std::vector<LinkModel> link_matrix_;
-  double recent_delay_median_s_ = -1;  // median significant straggler delay of the window
+  std::vector<double> recent_delays_;  // the window's per-call straggler delays (all ranks alike)
 };
 
 }  // namespace stragg
