@@ -14,7 +14,9 @@ Prints three tables (or, with --json, one object {"targets", "rows", "even_n", "
 
 Torch-free in spirit (needs only stragg._core; importing the stragg package loads torch).
 Generation is timed around stragg.schedule.build (the C++ generator plus the hand-over to Python);
-the previous schedule is freed before each timed call.
+the previous schedule is freed before each timed call. OptCC is built in the IR's compact form
+(pattern steps, csrc/core/ir.h): one header per step, transfers generated on demand; "compact" in
+the JSON target rows says whether a schedule came out that way.
 """
 
 from __future__ import annotations
@@ -78,6 +80,7 @@ def targets(repeat: int) -> list[dict[str, object]]:
                 "params": params,
                 "rounds": s.num_rounds,
                 "steps": s.num_steps,
+                "compact": bool(getattr(s.core, "compact", False)),
                 "generation_seconds": best,
                 "limit_seconds": limit,
                 "ok": best <= limit,

@@ -96,8 +96,10 @@ void check_rule(const Pattern& p, int n) {
   if (L > n) throw ScheduleError("pattern: the ring has more ranks than the schedule");
   std::vector<char> seen(n, 0);
   for (int r : p.ring) {
-    if (r < 0 || r >= n) throw ScheduleError("pattern: ring rank " + std::to_string(r) + " out of range");
-    if (seen[r]++) throw ScheduleError("pattern: rank " + std::to_string(r) + " appears twice on the ring");
+    if (r < 0 || r >= n)
+      throw ScheduleError("pattern: ring rank " + std::to_string(r) + " out of range");
+    if (seen[r]++)
+      throw ScheduleError("pattern: rank " + std::to_string(r) + " appears twice on the ring");
   }
   if (static_cast<int>(p.rank_class.size()) != n || static_cast<int>(p.rank_chunk.size()) != n)
     throw ScheduleError("pattern: rank_class and rank_chunk need one entry per rank");
@@ -108,7 +110,8 @@ void check_rule(const Pattern& p, int n) {
   if (p.lanes.empty()) throw ScheduleError("pattern: no lanes");
   for (const PatternLane& l : p.lanes) {
     if (l.count < 1) throw ScheduleError("pattern: lane count must be >= 1");
-    if (l.key != PatternLane::kSender && l.key != PatternLane::kReceiver && l.key != PatternLane::kNone)
+    if (l.key != PatternLane::kSender && l.key != PatternLane::kReceiver &&
+        l.key != PatternLane::kNone)
       throw ScheduleError("pattern: bad lane key");
   }
 }
@@ -158,7 +161,7 @@ bool Pattern::make_transfer(int lane, int src, int dst, int rep, Transfer* out) 
   const PatternLane& l = lanes[lane];
   const int j = rep - l.delay;
   if (j < 0 || j >= instances) return false;
-  const int off = l.key == PatternLane::kSender ? rank_chunk[src]
+  const int off = l.key == PatternLane::kSender     ? rank_chunk[src]
                   : l.key == PatternLane::kReceiver ? rank_chunk[dst]
                                                     : 0;
   out->src = src;
@@ -231,7 +234,8 @@ bool Schedule::is_compact() const {
   return false;
 }
 
-const std::vector<Transfer>& Schedule::transfers_of(size_t i, std::vector<Transfer>& scratch) const {
+const std::vector<Transfer>& Schedule::transfers_of(size_t i,
+                                                    std::vector<Transfer>& scratch) const {
   const Step& st = steps[i];
   if (st.pattern < 0) return st.transfers;
   scratch.clear();

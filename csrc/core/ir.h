@@ -119,7 +119,7 @@ struct Pattern {
   // per lane and shift whether any pair of the ring matches it.
   std::vector<int> position;
   int num_classes = 0;
-  std::vector<int8_t> lane_of_classes;              // [src_class * num_classes + dst_class]
+  std::vector<int8_t> lane_of_classes;               // [src_class * num_classes + dst_class]
   std::vector<std::vector<uint8_t>> lane_has_pairs;  // [lane][shift]
 
   // Checks the rule against n ranks and fills the derived tables. Throws ScheduleError.

@@ -167,7 +167,8 @@ SimResult simulate(const Schedule& s, const SimOptions& o) {
                            std::max(send_load[t.src], recv_load[t.dst]) * o.beta;
         res.rank_finish[t.src] = std::max(res.rank_finish[t.src], end);
         res.rank_finish[t.dst] = std::max(res.rank_finish[t.dst], end);
-        for (int c = t.chunk; c < t.chunk + t.count; ++c) rd(t.dst, c) = std::max(rd(t.dst, c), end);
+        for (int c = t.chunk; c < t.chunk + t.count; ++c)
+          rd(t.dst, c) = std::max(rd(t.dst, c), end);
         if (pre) res.pre_arrival_time = std::max(res.pre_arrival_time, end);
       }
       // A rank is busy until all of its messages of the round are done.
