@@ -19,12 +19,14 @@ namespace {
 using testing::InMemoryRendezvous;
 using testing::run_ranks;
 
+// Entries this process created ("stragg-<pid>-..."): other test binaries run in parallel.
 int count_stragg_shm_entries() {
   int n = 0;
   DIR* d = opendir("/dev/shm");
   if (!d) return 0;
+  const std::string mine = "stragg-" + std::to_string(getpid()) + "-";
   while (auto* e = readdir(d)) {
-    if (std::strstr(e->d_name, "stragg-") == e->d_name) ++n;
+    if (std::strncmp(e->d_name, mine.c_str(), mine.size()) == 0) ++n;
   }
   closedir(d);
   return n;
