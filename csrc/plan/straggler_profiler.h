@@ -58,11 +58,11 @@ struct ProfilerSettings {
   bool enabled = true;
   int exchange_every = 16;   // K (the backend uses it); >= 1
   int window = 64;           // decisions use the most recent `window` calls; >= 1
-  double adopt_share = 0.6;  // adopt rank s when it was last in >= this share of the window's significant calls
-  double drop_share = 0.4;   // drop/replace the current straggler when its share falls below this
+  double adopt_share = 0.5;  // adopt rank s when it was last in >= this share of the window's significant calls
+  double drop_share = 0.3;   // drop/replace the current straggler when its share falls below this
   int patience = 2;          // consecutive add_batch calls indicating a change before it is applied; >= 1
   double min_gain_s = 0.0;   // predicted mean gain per call must exceed this to adopt / keep
-  double noise_floor_s = 50e-6;  // delays below this are "nobody was late" (insignificant) calls
+  double noise_floor_s = 100e-6;  // delays below this are "nobody was late" (insignificant) calls
 };
 
 // Throws stragg::Error naming the first bad field.

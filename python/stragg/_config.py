@@ -108,11 +108,11 @@ def backend_config() -> dict[str, Any]:
         "profile": _bool_env("STRAGG_PROFILE", True),
         "profile_every": _size_env("STRAGG_PROFILE_EVERY", 16),
         "profile_window": _size_env("STRAGG_PROFILE_WINDOW", 64),
-        "profile_adopt_share": _float_env("STRAGG_PROFILE_ADOPT", 0.6, 0.0, 1.0),
-        "profile_drop_share": _float_env("STRAGG_PROFILE_DROP", 0.4, 0.0, 1.0),
+        "profile_adopt_share": _float_env("STRAGG_PROFILE_ADOPT", 0.5, 0.0, 1.0),
+        "profile_drop_share": _float_env("STRAGG_PROFILE_DROP", 0.3, 0.0, 1.0),
         "profile_patience": _size_env("STRAGG_PROFILE_PATIENCE", 2),
         "profile_min_gain_s": _float_env("STRAGG_PROFILE_MIN_GAIN_US", 0.0) * 1e-6,
-        "profile_noise_floor_s": _float_env("STRAGG_PROFILE_NOISE_US", 50.0, 0.0) * 1e-6,
+        "profile_noise_floor_s": _float_env("STRAGG_PROFILE_NOISE_US", 100.0, 0.0) * 1e-6,
         "probe_every": _size_env("STRAGG_PROBE_EVERY", 64),
     }
 

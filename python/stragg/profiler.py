@@ -20,8 +20,8 @@ algorithm when persistence or the predicted gain goes away.
 
 Settings (environment, or stragg.profiler.configure(...) before the group is created):
 STRAGG_PROFILE=1|0, STRAGG_PROFILE_EVERY (K, default 16), STRAGG_PROFILE_WINDOW (64 calls),
-STRAGG_PROFILE_ADOPT (0.6), STRAGG_PROFILE_DROP (0.4), STRAGG_PROFILE_PATIENCE (2 exchanges),
-STRAGG_PROFILE_MIN_GAIN_US (0), STRAGG_PROFILE_NOISE_US (50), STRAGG_PROBE_EVERY (64 exchanges;
+STRAGG_PROFILE_ADOPT (0.5), STRAGG_PROFILE_DROP (0.3), STRAGG_PROFILE_PATIENCE (2 exchanges),
+STRAGG_PROFILE_MIN_GAIN_US (0), STRAGG_PROFILE_NOISE_US (100), STRAGG_PROBE_EVERY (64 exchanges;
 0 = only on demand).
 """
 

@@ -170,13 +170,15 @@ TEST(StragglerProfiler, NoFlappingBetweenThresholds) {
   Feeder f{p, 8};
   f.repeat(late(2, 0.005), 4);
   ASSERT_EQ(p.straggler(), 2);
-  // Half the calls rank 2, half rank 5: share 0.5 each, between drop (0.4) and adopt (0.6).
+  // Rank 2 late in 40% of the calls, ranks 5 and 6 in 30% each: rank 2's share stays between
+  // drop (0.3) and adopt (0.5), and nobody else reaches adopt.
   std::vector<Call> mixed;
-  for (int i = 0; i < 16; ++i) mixed.push_back(late(i % 2 ? 5 : 2, 0.005));
+  const int pattern[10] = {2, 5, 6, 2, 5, 6, 2, 5, 6, 2};
+  for (int i = 0; i < 10; ++i) mixed.push_back(late(pattern[i], 0.005));
   for (int b = 0; b < 20; ++b) EXPECT_FALSE(f.batch(mixed));
   EXPECT_EQ(p.straggler(), 2);
   EXPECT_EQ(p.summary().decisions.size(), 1u);
-  EXPECT_DOUBLE_EQ(p.summary().straggler_share, 0.5);
+  EXPECT_NEAR(p.summary().straggler_share, 0.4, 0.03);
   EXPECT_GT(p.summary().straggler_gain_s, 0.0);
 
   // The same mix never gets a straggler adopted in the first place.
@@ -184,7 +186,7 @@ TEST(StragglerProfiler, NoFlappingBetweenThresholds) {
   Feeder g{q, 8};
   for (int b = 0; b < 20; ++b) EXPECT_FALSE(g.batch(mixed));
   EXPECT_EQ(q.straggler(), -1);
-  EXPECT_EQ(q.summary().candidate, 2);  // tie in the window: lowest rank
+  EXPECT_EQ(q.summary().candidate, 2);
   EXPECT_TRUE(q.summary().decisions.empty());
 }
 
