@@ -8,6 +8,9 @@
 
 #include <sstream>
 
+#ifdef STRAGG_BACKEND_CUDA
+#include "backend/cuda_allreduce.h"
+#endif
 #include "backend/store_arrival_board.h"
 #include "backend/store_rendezvous.h"
 #include "core/closed_forms.h"
@@ -51,6 +54,9 @@ StraggBackend::StraggBackend(const c10::intrusive_ptr<c10d::Store>& store, int r
   const std::string& mode = config.transport;
   TORCH_CHECK(mode == "auto" || mode == "shm" || mode == "tcp" || mode == "gloo", "stragg: rank ",
               rank, ": unknown STRAGG_TRANSPORT '", mode, "' (expected auto, shm, tcp or gloo)");
+#ifdef STRAGG_BACKEND_CUDA
+  const std::string cuda_mode = resolve_cuda_allreduce_mode(config.cuda_allreduce, rank);
+#endif
   if (size > 1) {
     StoreRendezvous rdv(store);
     // This rank's TCP address, worked out before the exchange so that every rank decides the
@@ -66,8 +72,11 @@ StraggBackend::StraggBackend(const c10::intrusive_ptr<c10d::Store>& store, int r
     if (tcp_address.empty()) tcp_address = "-";
     std::vector<std::string> hello;
     try {
-      const std::string algo = config.planner.algo + " straggler=" +
-                               std::to_string(config.planner.straggler);
+      std::string algo = config.planner.algo + " straggler=" +
+                         std::to_string(config.planner.straggler);
+#ifdef STRAGG_BACKEND_CUDA
+      algo += " STRAGG_CUDA_ALLREDUCE=" + cuda_mode;  // must be equal on all ranks too
+#endif
       hello = exchange_all(rdv, "hello", rank, size,
                            host_identity() + "\n" + mode + "\n" + tcp_address + "\n" + algo,
                            timeout, "process group setup");
@@ -93,6 +102,7 @@ StraggBackend::StraggBackend(const c10::intrusive_ptr<c10d::Store>& store, int r
     // otherwise all_reduce falls back to the inner Gloo backend.
     std::string chosen = mode;
     if (mode == "auto") chosen = same_host ? "shm" : (all_have_tcp_address ? "tcp" : "gloo");
+    same_host_ = same_host;
     TORCH_CHECK(chosen != "shm" || same_host, "stragg: rank ", rank,
                 ": STRAGG_TRANSPORT=shm but the ranks are not on one host (different host, boot "
                 "or network namespace)");
@@ -140,6 +150,15 @@ StraggBackend::StraggBackend(const c10::intrusive_ptr<c10d::Store>& store, int r
       path_ = AllreducePath::Delegate;
     }
   }
+#ifdef STRAGG_BACKEND_CUDA
+  if (cuda_mode == "stragg") {
+    CudaAllreduceConfig cuda;
+    cuda.planner = config.planner;
+    cuda.same_host = same_host_;
+    cuda.timeout = timeout;
+    cuda_allreduce_ = std::make_unique<CudaAllreduce>(store, rank, size, cuda);
+  }
+#endif
   LOG(INFO) << "stragg: rank " << rank << " of group '" << group_name_ << "' (size " << size
             << "): all_reduce via " << transport_name() << ", algorithm " << algorithm();
   worker_ = std::thread([this] { worker_loop(); });
@@ -195,6 +214,11 @@ std::map<std::string, int64_t> StraggBackend::stats() const {
   s["last_straggler"] = last_straggler_.load();
   s["rank"] = getRank();
   s["size"] = getSize();
+#ifdef STRAGG_BACKEND_CUDA
+  if (cuda_allreduce_) {
+    for (const auto& kv : cuda_allreduce_->stats()) s[kv.first] = kv.second;
+  }
+#endif
   if (auto* shm = dynamic_cast<ShmTransport*>(transport_.get())) {
     s["shm_slot_bytes"] = static_cast<int64_t>(shm->options().slot_bytes);
     s["shm_slots"] = static_cast<int64_t>(shm->options().num_slots);
@@ -232,6 +256,11 @@ c10::intrusive_ptr<c10d::Work> StraggBackend::allreduce(std::vector<at::Tensor>&
               ": all_reduce takes exactly one tensor per process, got ", tensors.size());
   const at::Tensor& t = tensors[0];
   if (t.is_sparse()) return inner_for(tensors, "sparse all_reduce").allreduce(tensors, opts);
+#ifdef STRAGG_BACKEND_CUDA
+  if (t.is_cuda() && cuda_allreduce_) {
+    return cuda_allreduce_->allreduce(t, opts.reduceOp, effective_timeout(opts.timeout));
+  }
+#endif
   if (!t.device().is_cpu()) return inner_for(tensors, "all_reduce").allreduce(tensors, opts);
   at::Tensor view = t;
   if (t.is_complex()) {
@@ -426,9 +455,11 @@ void StraggBackend::profile_exchange() {
     std::lock_guard<std::mutex> lock(profiler_mu_);
     exchanges = profiler_->summary().exchanges;
   }
-  // Link probes: before the first decision (so it uses measured alpha/beta), then periodically.
+  // Link probes: after the first exchange, then periodically. They run at the start of the next
+  // call (run_task), not now: now the users' threads are computing (the exchange runs behind
+  // their backs) and would slow the probe's messages; inside a call every rank is waiting.
   if (config_.probe_every_exchanges > 0 && exchanges % config_.probe_every_exchanges == 0) {
-    probe_links();
+    probe_pending_ = true;
   }
   std::lock_guard<std::mutex> lock(profiler_mu_);
   const int before = profiler_->straggler();
@@ -457,6 +488,10 @@ void StraggBackend::run_task(Task& task, CallRecord& record) {
   const size_t numel = static_cast<size_t>(task.buffer.numel());
   if (task.op.premul && numel > 0) scale_inplace(task.dtype, data, numel, task.op.premul_factor);
   if (executor_) {
+    if (probe_pending_) {
+      probe_pending_ = false;
+      probe_links();
+    }
     CollectiveSpec spec;
     spec.op_name = task.name;
     spec.seq = wire_seq_++;
@@ -560,7 +595,7 @@ void StraggBackend::probe_links() {
   const int rank = getRank();
   const int m = std::max(2, config_.probe_messages);
   const size_t elems = std::max<size_t>(1, config_.probe_bytes / sizeof(float));
-  constexpr int kReps = 3;
+  constexpr int kReps = 5;
   std::vector<float> buf(2 * static_cast<size_t>(m) * elems, 1.0f);
   std::vector<LinkModel> mine(static_cast<size_t>(n));
   for (auto& l : mine) l.alpha_s = l.beta_s_per_byte = -1;
@@ -578,9 +613,10 @@ void StraggBackend::probe_links() {
       }
     }
     if (partner < 0) continue;
-    std::sort(t_many.begin(), t_many.end());
-    std::sort(t_one.begin(), t_one.end());
-    mine[partner] = estimate_link(t_many[kReps / 2], t_one[kReps / 2], m, elems * sizeof(float));
+    // Minimum over the repetitions: noise (scheduling, other load) only ever adds time.
+    const double many = *std::min_element(t_many.begin(), t_many.end());
+    const double one = *std::min_element(t_one.begin(), t_one.end());
+    mine[partner] = estimate_link(many, one, m, elems * sizeof(float));
   }
   // All-gather the rows (own row filled, zeros elsewhere), then average both ends of each link.
   std::vector<double> all(static_cast<size_t>(n) * n * 2, 0.0);
@@ -722,6 +758,9 @@ void StraggBackend::stop_worker(const char* why) {
 
 void StraggBackend::shutdown() {
   stop_worker("the process group was shut down");
+#ifdef STRAGG_BACKEND_CUDA
+  if (cuda_allreduce_) cuda_allreduce_->shutdown("the process group was shut down");
+#endif
   if (cpu_inner_) cpu_inner_->shutdown();
   if (cuda_inner_) cuda_inner_->shutdown();
 }
@@ -732,6 +771,9 @@ void StraggBackend::abort() {
                              " aborted the process group");
   }
   stop_worker("the process group was aborted");
+#ifdef STRAGG_BACKEND_CUDA
+  if (cuda_allreduce_) cuda_allreduce_->abort("the process group was aborted");
+#endif
   if (cpu_inner_) cpu_inner_->abort();
   if (cuda_inner_) cuda_inner_->abort();
 }

@@ -26,6 +26,10 @@
 
 namespace stragg {
 
+#ifdef STRAGG_BACKEND_CUDA
+class CudaAllreduce;  // backend/cuda_allreduce.h
+#endif
+
 struct BackendConfig {
   std::string transport = "auto";  // auto | shm | tcp | gloo
   ShmOptions shm;
@@ -43,6 +47,10 @@ struct BackendConfig {
   int probe_every_exchanges = 64;
   int probe_messages = 8;
   size_t probe_bytes = 64 * 1024;
+  // all_reduce on CUDA tensors when built with STRAGG_BACKEND_CUDA: "stragg" (stragg's GPU
+  // executor, the default there) or "nccl" (the inner NCCL backend); empty: from
+  // $STRAGG_CUDA_ALLREDUCE. Ignored (always NCCL) in builds without it.
+  std::string cuda_allreduce;
 };
 
 // One all_reduce as this rank saw it (kept for the last kCallHistory calls).
@@ -203,6 +211,10 @@ class StraggBackend final : public c10d::Backend {
   std::unique_ptr<ArrivalBoard> store_board_;  // dynamic straggler without a transport board
   c10::intrusive_ptr<c10d::Backend> cpu_inner_;
   c10::intrusive_ptr<c10d::Backend> cuda_inner_;
+  bool same_host_ = true;  // every rank on this host (setup exchange)
+#ifdef STRAGG_BACKEND_CUDA
+  std::unique_ptr<CudaAllreduce> cuda_allreduce_;  // null: CUDA all_reduce goes to cuda_inner_
+#endif
 
   std::mutex mu_;
   std::condition_variable cv_;
@@ -229,8 +241,9 @@ class StraggBackend final : public c10d::Backend {
 
   // Worker-thread state: wire sequence numbers (user calls and internal collectives), profiler.
   uint64_t wire_seq_ = 0;
-  uint64_t executor_calls_ = 0;
-  uint64_t agreements_ = 0;      // dynamic straggler agreements so far (the arrival board's key)  // completed executor all_reduces (the profiler's call index)
+  uint64_t executor_calls_ = 0;  // completed executor all_reduces (the profiler's call index)
+  uint64_t agreements_ = 0;      // dynamic straggler agreements so far (the arrival board's key)
+  bool probe_pending_ = false;   // a periodic link probe runs at the start of the next call
   BackendConfig config_;
   ProfilerSettings profiler_settings_;
   std::unique_ptr<StragglerProfiler> profiler_;  // guarded by profiler_mu_ for readers
