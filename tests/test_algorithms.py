@@ -220,3 +220,58 @@ def test_back_to_back_async_calls_interleaved_with_delays(straggler: str) -> Non
     # Every rank ran the same algorithm with the same straggler for every call.
     plans = [[(c["algorithm"], c["straggler"]) for c in v["calls"]] for v in values]
     assert all(p == plans[0] for p in plans), plans
+
+
+ALGOS = ("ring", "rhd", "direct", "bcast", "stragglar", "optcc")
+
+
+def _every_algorithm_one_spawn(rank: int, ws: int) -> dict[str, Any]:
+    """One group per algorithm (stragg.set_policy before each new_group), same checks as above
+    with a real delay on the configured straggler (the last rank)."""
+    import stragg
+
+    out: dict[str, Any] = {}
+    for algo in ALGOS:
+        stragg.set_policy(algo=algo, straggler=ws - 1)
+        group = dist.new_group(backend="stragg")
+        stragg.reset_policy()
+        digests = []
+        for numel in (1, 1023, (3 << 20) // 4 + 5):
+            base = torch.arange(numel, dtype=torch.float32) % 13
+            t = base + rank
+            if rank == ws - 1 and numel > 1:
+                time.sleep(0.05)
+            dist.all_reduce(t, group=group)
+            assert torch.equal(t, base * ws + ws * (ws - 1) / 2), f"rank {rank} {algo} {numel}"
+            digests.append(h.digest(t))
+            z = torch.zeros(numel) * (-1.0 if rank % 2 else 1.0)
+            dist.all_reduce(z, op=dist.ReduceOp.MIN, group=group)
+            assert torch.equal(z, torch.zeros(numel))
+            digests.append(h.digest(z))
+        st = h.backend_stats(group)
+        calls = stragg.recent_calls(group)
+        out[algo] = {
+            "digests": digests,
+            "algorithm": st["algorithm"],
+            "ran": sorted({c["algorithm"] for c in calls}),
+        }
+        dist.destroy_process_group(group)
+    return out
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("ws", [2, 5, 6, 8])
+def test_every_algorithm_at_more_world_sizes(ws: int) -> None:
+    # n in {2, 5, 6, 8} (3 and 4 above): odd, even non-power-of-2 and powers of 2. At n = 2 the
+    # straggler-aware algorithms fall back to Ring (StragglAR needs 3 ranks) or run as built.
+    res = h.run_ranks(ws, _every_algorithm_one_spawn, timeout_s=300)
+    assert all(r.ok for r in res), res.describe()
+    values = res.values()
+    for algo in ALGOS:
+        per_rank = [v[algo] for v in values]
+        assert all(p["digests"] == per_rank[0]["digests"] for p in per_rank), (algo, "differ")
+        ran = per_rank[0]["ran"]
+        if ws == 2 and algo == "stragglar":
+            assert ran == ["ring"], ran
+        else:
+            assert ran == [algo], (algo, ran)
