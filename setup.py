@@ -44,7 +44,7 @@ class CMakeBuild(build_ext):
             f"-DPython_EXECUTABLE={sys.executable}",
             f"-DCMAKE_PREFIX_PATH={torch.utils.cmake_prefix_path}",
             f"-DCMAKE_LIBRARY_OUTPUT_DIRECTORY={out_dir}",
-            f"-DSTRAGG_CUDA={os.environ.get('STRAGG_CUDA', 'off')}",  # _C does not use kernels/ yet
+            f"-DSTRAGG_CUDA={os.environ.get('STRAGG_CUDA', 'off')}",  # on: also the GPU all_reduce path (needs a CUDA torch)
         ]
         if shutil.which("ninja") and not (build_dir / "Makefile").exists():
             args += ["-G", "Ninja"]

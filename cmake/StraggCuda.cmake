@@ -8,6 +8,13 @@
 # NCCL comes from the nvidia-nccl-cu13 wheel of the configuring Python (Python_EXECUTABLE, else
 # python3 on PATH), from NCCL_HOME / NCCL_ROOT, or from the system include paths;
 # -DSTRAGG_NCCL_INCLUDE_DIR=... overrides the search.
+#
+# Also declares STRAGG_BACKEND_CUDA=auto|on|off: route all_reduce on CUDA tensors in stragg._C to
+# stragg's GPU executor (csrc/backend/cuda_allreduce.cc) instead of the inner NCCL backend.
+# Resolved in csrc/backend/CMakeLists.txt once torch is found: auto = on when STRAGG_HAVE_CUDA and
+# torch was built with CUDA (it provides c10_cuda); on = the same, but fail when either is missing.
+set(STRAGG_BACKEND_CUDA "auto" CACHE STRING
+    "all_reduce on CUDA tensors on stragg's GPU executor in stragg._C: auto|on|off")
 set(STRAGG_HAVE_CUDA OFF)
 set(STRAGG_HAVE_NCCL OFF)
 string(TOLOWER "${STRAGG_CUDA}" _stragg_cuda_mode)

@@ -23,6 +23,7 @@ stragg::BackendConfig config_from_dict(const py::dict& d) {
   if (d.contains("algo")) c.planner.algo = d["algo"].cast<std::string>();
   if (d.contains("straggler")) c.planner.straggler = d["straggler"].cast<int>();
   if (d.contains("log_calls")) c.log_calls = d["log_calls"].cast<bool>();
+  if (d.contains("cuda_allreduce")) c.cuda_allreduce = d["cuda_allreduce"].cast<std::string>();
   if (d.contains("dynamic_window_us")) {
     c.dynamic_window = std::chrono::microseconds(d["dynamic_window_us"].cast<int64_t>());
   }
@@ -51,6 +52,11 @@ PYBIND11_MODULE(_C, m) {
   m.doc() = "stragg: straggler-aware all_reduce backend for torch.distributed (C++ core)";
   // The c10d Python types (Store, Backend) must be registered before ours derives from them.
   py::module_::import("torch.distributed");
+#ifdef STRAGG_BACKEND_CUDA
+  m.attr("cuda_allreduce_compiled") = true;  // CUDA all_reduce can run on stragg's GPU executor
+#else
+  m.attr("cuda_allreduce_compiled") = false;  // CUDA all_reduce is always delegated to NCCL
+#endif
 
   py::class_<stragg::StraggBackend, c10d::Backend, c10::intrusive_ptr<stragg::StraggBackend>>(
       m, "StraggBackend")

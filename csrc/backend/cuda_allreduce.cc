@@ -1,0 +1,671 @@
+// all_reduce on CUDA tensors on stragg's GPU executor; see cuda_allreduce.h for the semantics.
+#ifndef STRAGG_BACKEND_CUDA
+#error "cuda_allreduce.cc is compiled only with -DSTRAGG_BACKEND_CUDA (CMake STRAGG_BACKEND_CUDA)"
+#endif
+
+#include "backend/cuda_allreduce.h"
+
+#include <ATen/ATen.h>
+#include <c10/core/GradMode.h>
+#include <c10/cuda/CUDACachingAllocator.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+#include <c10/util/Exception.h>
+#include <cuda_runtime_api.h>
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
+
+#include <algorithm>
+#include <atomic>
+#include <cctype>
+#include <condition_variable>
+#include <cstdlib>
+#include <deque>
+#include <exception>
+#include <mutex>
+#include <optional>
+#include <sstream>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "backend/store_rendezvous.h"
+#include "backend/type_mapping.h"
+#include "kernels/cuda_ipc_p2p.h"
+#include "kernels/gpu_executor.h"
+#include "kernels/gpu_p2p.h"
+#include "kernels/reduce_kernels.h"
+#ifdef STRAGG_BACKEND_NCCL
+#include "kernels/nccl_p2p.h"
+#endif
+#include "runtime/dtype.h"
+#include "runtime/error.h"
+
+namespace stragg {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using EventPtr = std::shared_ptr<CUevent_st>;
+
+constexpr const char* kOpName = "all_reduce";
+
+[[noreturn]] void throw_dist(const std::string& msg) { C10_THROW_ERROR(DistBackendError, msg); }
+
+std::exception_ptr dist_error(const std::string& msg) {
+  try {
+    throw_dist(msg);
+  } catch (...) {
+    return std::current_exception();
+  }
+}
+
+std::string cuda_message(cudaError_t rc) {
+  return std::string(cudaGetErrorName(rc)) + " (" + cudaGetErrorString(rc) + ")";
+}
+
+// An event on `device` (timing disabled), destroyed with its last owner.
+EventPtr make_event(int device) {
+  c10::cuda::CUDAGuard guard(static_cast<c10::DeviceIndex>(device));
+  cudaEvent_t ev = nullptr;
+  const cudaError_t rc = cudaEventCreateWithFlags(&ev, cudaEventDisableTiming);
+  if (rc != cudaSuccess) throw Error("cudaEventCreateWithFlags: " + cuda_message(rc));
+  return EventPtr(ev, [](cudaEvent_t e) { cudaEventDestroy(e); });
+}
+
+// The p2p layer of a one-rank group: nothing to move (the executor only provides its stream).
+class LocalP2P final : public gpu::GpuP2P {
+ public:
+  explicit LocalP2P(int device) : device_(device) {}
+  const char* name() const override { return "local"; }
+  int rank() const override { return 0; }
+  int size() const override { return 1; }
+  int device() const override { return device_; }
+  void group_start() override {}
+  void send(const void*, size_t, int peer, cudaStream_t) override {
+    throw Error("stragg: local p2p: send to peer " + std::to_string(peer) + " in a one-rank group");
+  }
+  void recv(void*, size_t, int peer, cudaStream_t) override {
+    throw Error("stragg: local p2p: recv from peer " + std::to_string(peer) + " in a one-rank group");
+  }
+  void group_end(std::chrono::milliseconds) override {}
+  std::optional<std::string> async_error() override {
+    std::lock_guard<std::mutex> lock(mu_);
+    return reason_;
+  }
+  void abort(const std::string& reason) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!reason_) reason_ = reason;
+  }
+
+ private:
+  int device_;
+  std::mutex mu_;
+  std::optional<std::string> reason_;
+};
+
+// The Work of one CUDA all_reduce. States: Queued (the worker has not enqueued it yet),
+// Enqueued (its GPU work and completion event are enqueued), Done (the event fired), Failed.
+class CudaWork final : public c10d::Work {
+ public:
+  CudaWork(int rank, int device, std::string where, at::Tensor output, EventPtr done)
+      : c10d::Work(rank, c10d::OpType::ALLREDUCE, "stragg:all_reduce"),
+        device_(device),
+        where_(std::move(where)),
+        outputs_{std::move(output)},
+        done_(std::move(done)),
+        future_(c10::make_intrusive<c10::ivalue::Future>(
+            c10::ListType::create(c10::TensorType::get()))) {}
+
+  std::vector<at::Tensor> result() override { return outputs_; }
+  c10::intrusive_ptr<c10::ivalue::Future> getFuture() override { return future_; }
+
+  bool isCompleted() override {
+    {
+      std::lock_guard<std::mutex> lock(m_);
+      if (state_ == State::Done || state_ == State::Failed) return true;
+      if (state_ == State::Queued) return false;
+    }
+    // Enqueued: the event says. A query error is left to the poller, which fails the call.
+    return cudaEventQuery(done_.get()) == cudaSuccess;
+  }
+
+  bool isSuccess() const override {
+    std::lock_guard<std::mutex> lock(m_);
+    return state_ != State::Failed;
+  }
+
+  std::exception_ptr exception() const override {
+    std::lock_guard<std::mutex> lock(m_);
+    return error_;
+  }
+
+  // Makes the caller's current stream (of the tensor's device) wait for the collective. No-op
+  // while the call is not enqueued yet or failed (wait() handles both).
+  void synchronize() override {
+    {
+      std::lock_guard<std::mutex> lock(m_);
+      if (state_ == State::Queued || state_ == State::Failed) return;
+    }
+    const auto dev = static_cast<c10::DeviceIndex>(device_);
+    c10::cuda::CUDAGuard guard(dev);
+    const cudaStream_t current = c10::cuda::getCurrentCUDAStream(dev).stream();
+    const cudaError_t rc = cudaStreamWaitEvent(current, done_.get(), 0);
+    if (rc != cudaSuccess) throw_dist(where_ + ": Work.wait: cudaStreamWaitEvent: " + cuda_message(rc));
+  }
+
+  // Blocks the host until the call is enqueued on the GPU (not until it finished there), makes
+  // the current stream wait for it and rethrows its error.
+  bool wait(std::chrono::milliseconds timeout) override {
+    {
+      std::unique_lock<std::mutex> lock(m_);
+      auto started = [&] { return state_ != State::Queued; };
+      if (timeout == ::kNoTimeout) {
+        cv_.wait(lock, started);
+      } else if (!cv_.wait_for(lock, timeout, started)) {
+        std::ostringstream m;
+        m << where_ << ": Work.wait timed out after " << timeout.count() / 1000.0
+          << " s: the call was not enqueued on the GPU yet";
+        throw_dist(m.str());
+      }
+      if (state_ == State::Failed) std::rethrow_exception(error_);
+    }
+    synchronize();
+    std::lock_guard<std::mutex> lock(m_);
+    if (state_ == State::Failed) std::rethrow_exception(error_);
+    return true;
+  }
+
+  cudaEvent_t done_event() const { return done_.get(); }
+  const std::string& where() const { return where_; }
+
+  // Worker thread: the GPU work and the completion event are enqueued.
+  void mark_enqueued() {
+    {
+      std::lock_guard<std::mutex> lock(m_);
+      if (state_ != State::Queued) return;
+      state_ = State::Enqueued;
+    }
+    cv_.notify_all();
+  }
+
+  // Poller thread: the completion event fired.
+  void mark_done() {
+    {
+      std::lock_guard<std::mutex> lock(m_);
+      if (state_ == State::Done || state_ == State::Failed) return;
+      state_ = State::Done;
+    }
+    cv_.notify_all();
+    try {
+      future_->markCompleted(c10::IValue(outputs_));
+    } catch (const std::exception&) {
+      // A callback attached with add_done_callback threw: its own problem, not the call's.
+    }
+    finish(nullptr);
+  }
+
+  // Worker or poller thread (or shutdown): the call failed; returns false if it had already
+  // completed.
+  bool mark_failed(std::exception_ptr error) {
+    {
+      std::lock_guard<std::mutex> lock(m_);
+      if (state_ == State::Done || state_ == State::Failed) return false;
+      state_ = State::Failed;
+      error_ = error;
+    }
+    cv_.notify_all();
+    try {
+      future_->setError(error);
+    } catch (const std::exception&) {
+    }
+    finish(error);
+    return true;
+  }
+
+ private:
+  enum class State { Queued, Enqueued, Done, Failed };
+  const int device_;
+  const std::string where_;
+  std::vector<at::Tensor> outputs_;
+  EventPtr done_;
+  c10::intrusive_ptr<c10::ivalue::Future> future_;
+  mutable std::mutex m_;
+  std::condition_variable cv_;
+  State state_ = State::Queued;
+  std::exception_ptr error_;
+};
+
+struct Task {
+  c10::intrusive_ptr<CudaWork> work;
+  at::Tensor user;    // the caller's tensor (results end up here)
+  at::Tensor buffer;  // contiguous (real view of complex); aliases `user` when it is contiguous
+  bool copy_back = false;
+  DType dtype = DType::Float32;
+  LoweredReduceOp op;
+  uint64_t seq = 0;
+  std::chrono::milliseconds timeout{0};
+  EventPtr ready;  // recorded on the caller's stream when the call was made
+  EventPtr done;   // the Work's completion event
+};
+
+struct InFlight {
+  c10::intrusive_ptr<CudaWork> work;
+  Clock::time_point deadline;
+};
+
+}  // namespace
+
+std::string resolve_cuda_allreduce_mode(const std::string& configured, int rank) {
+  std::string mode = configured;
+  if (mode.empty()) {
+    const char* env = std::getenv("STRAGG_CUDA_ALLREDUCE");
+    mode = env != nullptr ? env : "";
+  }
+  std::string lower;
+  for (char c : mode) {
+    if (c != ' ' && c != '\t') lower.push_back(static_cast<char>(std::tolower(static_cast<unsigned char>(c))));
+  }
+  if (lower.empty()) lower = "stragg";
+  TORCH_CHECK(lower == "stragg" || lower == "nccl", "stragg: rank ", rank,
+              ": unknown STRAGG_CUDA_ALLREDUCE '", mode, "' (expected stragg or nccl)");
+  return lower;
+}
+
+struct CudaAllreduce::Impl {
+  Impl(const c10::intrusive_ptr<c10d::Store>& base, int rank_, int size_, CudaAllreduceConfig c)
+      : store(c10::make_intrusive<c10d::PrefixStore>("cuda/", base)),
+        rank(rank_),
+        size(size_),
+        cfg(std::move(c)) {}
+
+  std::string prefix() const { return "stragg: rank " + std::to_string(rank); }
+  std::string where(uint64_t seq) const {
+    std::ostringstream s;
+    s << prefix() << ": " << kOpName << " #" << seq << " (gpu, " << p2p_name << ")";
+    return s.str();
+  }
+
+  void ensure_setup(int dev);  // caller thread, under call_mu
+  void worker_loop();
+  void run_task(Task& task);
+  void poller_loop();
+  void fail_in_flight(const std::string& msg);
+  void stop(const std::string& why, bool abort_p2p);
+
+  c10::intrusive_ptr<c10d::Store> store;
+  const int rank;
+  const int size;
+  const CudaAllreduceConfig cfg;
+
+  // Set up once by the first call (under call_mu); read-only afterwards.
+  std::mutex call_mu;  // serialises allreduce(): setup, sequence numbers, queue order
+  bool setup_done = false;
+  std::exception_ptr setup_error;
+  int device = -1;
+  std::string p2p_name;
+  std::unique_ptr<StoreRendezvous> rdv;
+  std::unique_ptr<gpu::GpuP2P> p2p;
+  std::atomic<gpu::GpuP2P*> p2p_ptr{nullptr};  // for abort() from other threads
+  std::unique_ptr<gpu::GpuExecutor> exec;
+  std::unique_ptr<Planner> planner;
+  uint64_t next_seq = 0;
+
+  // Worker queue.
+  std::mutex mu;
+  std::condition_variable cv;
+  std::deque<Task> queue;
+  bool stopping = false;
+  std::atomic<bool> running{false};
+  std::thread worker;
+
+  // Calls enqueued on the GPU, oldest first (they complete in this order).
+  std::mutex fl_mu;
+  std::condition_variable fl_cv;
+  std::deque<InFlight> in_flight;
+  bool poller_stop = false;
+  Clock::time_point drain_deadline = Clock::time_point::max();
+  std::thread poller;
+
+  std::atomic<int64_t> calls{0};
+  std::atomic<int64_t> bytes{0};
+  std::atomic<int64_t> failed{0};
+};
+
+void CudaAllreduce::Impl::ensure_setup(int dev) {
+  if (setup_done) {
+    if (setup_error) std::rethrow_exception(setup_error);
+    return;
+  }
+  setup_done = true;
+  try {
+    c10::cuda::CUDAGuard guard(static_cast<c10::DeviceIndex>(dev));
+    // The planner first: it validates the configuration without talking to the peers.
+    if (size > 1) planner = std::make_unique<Planner>(size, cfg.planner);
+    rdv = std::make_unique<StoreRendezvous>(store);
+    if (size == 1) {
+      p2p = std::make_unique<LocalP2P>(dev);
+    } else if (cfg.same_host) {
+      gpu::CudaIpcOptions opts;
+      opts.slot_bytes = cfg.ipc_slot_bytes;
+      opts.slots = cfg.ipc_slots;
+      p2p = std::make_unique<gpu::CudaIpcP2P>(*rdv, "ipc", rank, size, dev, cfg.timeout, opts);
+    } else {
+#ifdef STRAGG_BACKEND_NCCL
+      p2p = std::make_unique<gpu::NcclP2P>(*rdv, "nccl", rank, size, dev, cfg.timeout);
+#else
+      throw Error(prefix() + ": CUDA all_reduce across hosts needs stragg's NCCL layer, which this "
+                  "build lacks (nccl.h was not found when it was built); set "
+                  "STRAGG_CUDA_ALLREDUCE=nccl on every rank to use the inner NCCL backend");
+#endif
+    }
+    exec = std::make_unique<gpu::GpuExecutor>(*p2p);
+    device = dev;
+    p2p_name = p2p->name();
+    p2p_ptr.store(p2p.get());
+    worker = std::thread([this] { worker_loop(); });
+    poller = std::thread([this] { poller_loop(); });
+  } catch (const c10::Error& e) {
+    setup_error = dist_error(prefix() + ": setting up CUDA all_reduce on cuda:" +
+                             std::to_string(dev) + " failed: " + e.what_without_backtrace());
+  } catch (const std::exception& e) {
+    setup_error = dist_error(prefix() + ": setting up CUDA all_reduce on cuda:" +
+                             std::to_string(dev) + " failed: " + e.what());
+  }
+  if (setup_error) {
+    if (auto* p = p2p.get()) p->abort(prefix() + ": CUDA all_reduce setup failed");
+    exec.reset();
+    p2p_ptr.store(nullptr);
+    p2p.reset();
+    std::rethrow_exception(setup_error);
+  }
+}
+
+void CudaAllreduce::Impl::worker_loop() {
+  (void)cudaSetDevice(device);  // this thread's CUDA calls and torch ops run on the group's device
+  c10::AutoGradMode no_grad(false);  // the copy back of a leaf that requires grad is no autograd op
+  while (true) {
+    Task task;
+    {
+      std::unique_lock<std::mutex> lock(mu);
+      cv.wait(lock, [&] { return stopping || !queue.empty(); });
+      if (queue.empty()) return;
+      task = std::move(queue.front());
+      queue.pop_front();
+      running.store(true);
+    }
+    std::exception_ptr error;
+    try {
+      run_task(task);
+    } catch (const c10::Error& e) {
+      error = dist_error(task.work->where() + ": " + e.what_without_backtrace());
+    } catch (const std::exception& e) {
+      const std::string msg = e.what();
+      // The executor's messages already start with the call's name.
+      error = dist_error(msg.rfind("stragg: rank", 0) == 0 ? msg : task.work->where() + ": " + msg);
+    }
+    running.store(false);
+    if (error) {
+      // A half-enqueued call leaves the peers inconsistent: make them (and later calls) fail.
+      if (auto* p = p2p_ptr.load()) p->abort(task.work->where() + ": failed to enqueue");
+      failed.fetch_add(1);
+      task.work->mark_failed(error);
+      continue;
+    }
+    calls.fetch_add(1);
+    bytes.fetch_add(static_cast<int64_t>(task.buffer.nbytes()));
+    task.work->mark_enqueued();
+    {
+      std::lock_guard<std::mutex> lock(fl_mu);
+      in_flight.push_back({task.work, Clock::now() + task.timeout});
+    }
+    fl_cv.notify_all();
+  }
+}
+
+void CudaAllreduce::Impl::run_task(Task& task) {
+  const cudaStream_t stream = exec->stream();
+  auto check = [&](cudaError_t rc, const char* what) {
+    if (rc != cudaSuccess) throw Error(task.work->where() + ": " + what + ": " + cuda_message(rc));
+  };
+  // Ordered after what the caller had enqueued on its stream when it called all_reduce.
+  check(cudaStreamWaitEvent(stream, task.ready.get(), 0), "cudaStreamWaitEvent (caller's stream)");
+  void* data = task.buffer.data_ptr();
+  const size_t numel = static_cast<size_t>(task.buffer.numel());
+  if (numel > 0) {
+    if (task.op.premul) gpu::scale(task.dtype, data, numel, task.op.premul_factor, stream);
+    if (size > 1) {
+      CollectiveSpec spec;
+      spec.op_name = kOpName;
+      spec.seq = task.seq;
+      spec.dtype = task.dtype;
+      spec.op = task.op.op;
+      spec.numel = numel;
+      const size_t elem = dtype_size(task.dtype);
+      // The straggler is known in advance only when configured: the dynamic one (agreed per
+      // call on the CPU transport's arrival board) and the CPU profiler's (decided on the CPU
+      // worker, not in GPU issue order) are not available here.
+      const int configured = planner->straggler();
+      const PlanChoice choice =
+          planner->choose(numel * elem, configured >= 0 ? configured : kNoStraggler);
+      exec->run(planner->plan(rank, choice, numel, elem, /*ordered_recvs=*/false), spec, data,
+                stream, task.timeout);
+    }
+    if (task.op.average) gpu::divide(task.dtype, data, numel, size, stream);
+    if (task.copy_back) {
+      c10::cuda::CUDAStreamGuard guard(
+          c10::cuda::getStreamFromExternal(stream, static_cast<c10::DeviceIndex>(device)));
+      if (task.user.is_complex()) {
+        task.user.copy_(at::view_as_complex(task.buffer));
+      } else {
+        task.user.copy_(task.buffer);
+      }
+    }
+  }
+  check(cudaEventRecord(task.done.get(), stream), "cudaEventRecord (completion)");
+}
+
+void CudaAllreduce::Impl::fail_in_flight(const std::string& msg) {
+  std::deque<InFlight> victims;
+  {
+    std::lock_guard<std::mutex> lock(fl_mu);
+    victims.swap(in_flight);
+  }
+  for (auto& f : victims) {
+    // A call whose event already fired did complete.
+    if (cudaEventQuery(f.work->done_event()) == cudaSuccess) {
+      f.work->mark_done();
+    } else if (f.work->mark_failed(dist_error(f.work->where() + ": " + msg))) {
+      failed.fetch_add(1);
+    }
+  }
+}
+
+void CudaAllreduce::Impl::poller_loop() {
+  (void)cudaSetDevice(device);  // no context gets created on another device
+  auto sleep = std::chrono::microseconds(5);
+  while (true) {
+    InFlight front;
+    Clock::time_point drain;
+    {
+      std::unique_lock<std::mutex> lock(fl_mu);
+      fl_cv.wait(lock, [&] { return poller_stop || !in_flight.empty(); });
+      if (in_flight.empty()) return;  // stopping and drained
+      front = in_flight.front();
+      drain = drain_deadline;
+    }
+    const cudaError_t rc = cudaEventQuery(front.work->done_event());
+    if (rc == cudaSuccess) {
+      {
+        std::lock_guard<std::mutex> lock(fl_mu);
+        if (!in_flight.empty() && in_flight.front().work == front.work) in_flight.pop_front();
+      }
+      front.work->mark_done();
+      sleep = std::chrono::microseconds(5);
+      continue;
+    }
+    std::optional<std::string> reason;
+    if (rc != cudaErrorNotReady) {
+      reason = "cudaEventQuery: " + cuda_message(rc);
+    } else if (auto err = p2p->async_error()) {
+      reason = "the process group was aborted: " + *err;
+    } else {
+      const auto now = Clock::now();
+      if (now >= front.deadline) {
+        reason = "did not finish on the GPU within the timeout (a peer did not take part or a "
+                 "GPU is stuck); the process group is aborted";
+      } else if (now >= drain) {
+        reason = "still running on the GPU when the process group was shut down; it is aborted";
+      }
+    }
+    if (reason) {
+      p2p->abort(front.work->where() + ": " + *reason);  // releases peers (and NCCL kernels)
+      fail_in_flight(*reason);
+      continue;
+    }
+    {
+      std::unique_lock<std::mutex> lock(fl_mu);
+      fl_cv.wait_for(lock, sleep, [&] { return drain_deadline != drain; });  // shutdown wakes it
+    }
+    sleep = std::min(sleep * 2, std::chrono::microseconds(1000));
+  }
+}
+
+void CudaAllreduce::Impl::stop(const std::string& why, bool abort_p2p) {
+  std::deque<Task> orphans;
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    stopping = true;
+    orphans.swap(queue);
+  }
+  cv.notify_all();
+  gpu::GpuP2P* p = p2p_ptr.load();
+  if (p != nullptr && (abort_p2p || running.load())) {
+    p->abort(prefix() + ": " + why + (abort_p2p ? "" : " while a CUDA all_reduce was running"));
+  }
+  for (auto& task : orphans) {
+    failed.fetch_add(1);
+    task.work->mark_failed(dist_error(task.work->where() + ": did not run: " + why));
+  }
+  if (worker.joinable() && worker.get_id() != std::this_thread::get_id()) worker.join();
+  {
+    std::lock_guard<std::mutex> lock(fl_mu);
+    poller_stop = true;
+    // Calls in flight get a short grace period (bounded by the group's timeout) to finish.
+    const auto grace = std::min<std::chrono::milliseconds>(cfg.timeout, std::chrono::seconds(10));
+    drain_deadline = std::min(drain_deadline, Clock::now() + grace);
+  }
+  fl_cv.notify_all();
+  if (poller.joinable() && poller.get_id() != std::this_thread::get_id()) poller.join();
+}
+
+CudaAllreduce::CudaAllreduce(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
+                             CudaAllreduceConfig config)
+    : impl_(std::make_unique<Impl>(store, rank, size, std::move(config))) {}
+
+CudaAllreduce::~CudaAllreduce() {
+  Impl& s = *impl_;
+  s.stop("the process group was destroyed", /*abort_p2p=*/false);
+  // Executor first (its stream and scratch), then the p2p layer; all best effort, no throw.
+  s.exec.reset();
+  s.p2p_ptr.store(nullptr);
+  s.p2p.reset();
+}
+
+c10::intrusive_ptr<c10d::Work> CudaAllreduce::allreduce(const at::Tensor& t,
+                                                        const c10d::ReduceOp& op,
+                                                        std::chrono::milliseconds timeout) {
+  Impl& s = *impl_;
+  TORCH_CHECK(t.is_cuda() && t.layout() == at::kStrided, s.prefix(),
+              ": CUDA all_reduce needs a dense CUDA tensor");
+  if (t.is_complex()) {
+    TORCH_CHECK(op.op_ == c10d::ReduceOp::SUM || op.op_ == c10d::ReduceOp::AVG ||
+                    op.op_ == c10d::ReduceOp::PREMUL_SUM,
+                s.prefix(), ": all_reduce: ReduceOp.", c10d_reduce_op_name(op),
+                " is not defined for complex tensors");
+  }
+  const at::ScalarType real_type = t.is_complex() ? c10::toRealValueType(t.scalar_type())
+                                                  : t.scalar_type();
+  auto dtype = to_runtime_dtype(real_type);
+  TORCH_CHECK(dtype.has_value(), s.prefix(), ": all_reduce: dtype ", t.scalar_type(),
+              " is not supported");
+  const LoweredReduceOp lowered = lower_reduce_op(op, *dtype, s.rank);
+  const int dev = t.device().index();
+
+  std::lock_guard<std::mutex> call_lock(s.call_mu);
+  s.ensure_setup(dev);
+  TORCH_CHECK(dev == s.device, s.prefix(), ": all_reduce: this process group runs CUDA "
+              "all_reduce on cuda:", s.device, ", got a tensor on cuda:", dev);
+  {
+    std::lock_guard<std::mutex> lock(s.mu);
+    if (s.stopping) throw_dist(s.prefix() + ": all_reduce on a process group that was shut down");
+  }
+  if (auto* p = s.p2p_ptr.load()) {
+    if (auto reason = p->async_error()) {
+      throw_dist(s.where(s.next_seq) + ": the process group was aborted earlier and cannot be "
+                 "used any more: " + *reason);
+    }
+  }
+
+  const auto d = static_cast<c10::DeviceIndex>(dev);
+  c10::cuda::CUDAGuard guard(d);
+  const c10::cuda::CUDAStream caller = c10::cuda::getCurrentCUDAStream(d);
+  Task task;
+  task.seq = s.next_seq++;
+  task.user = t;
+  // A contiguous working copy is made on the caller's stream, before the ready event.
+  const at::Tensor contiguous = t.is_contiguous() ? t : t.contiguous();
+  task.buffer = t.is_complex() ? at::view_as_real(contiguous) : contiguous;
+  task.copy_back = !t.is_contiguous();
+  task.dtype = *dtype;
+  task.op = lowered;
+  task.timeout = timeout;
+  try {
+    task.ready = make_event(dev);
+    task.done = make_event(dev);
+  } catch (const std::exception& e) {
+    throw_dist(s.where(task.seq) + ": " + e.what());
+  }
+  const cudaError_t rc = cudaEventRecord(task.ready.get(), caller.stream());
+  if (rc != cudaSuccess) {
+    throw_dist(s.where(task.seq) + ": cudaEventRecord (caller's stream): " + cuda_message(rc));
+  }
+  // The executor's stream uses these blocks until the call completes: the caching allocator must
+  // not hand them to another stream before (recordStream skips memory it does not own).
+  const c10::cuda::CUDAStream exec_stream = c10::cuda::getStreamFromExternal(s.exec->stream(), d);
+  if (t.numel() > 0) {
+    c10::cuda::CUDACachingAllocator::recordStream(t.storage().data_ptr(), exec_stream);
+    if (!task.buffer.is_alias_of(t)) {
+      c10::cuda::CUDACachingAllocator::recordStream(task.buffer.storage().data_ptr(), exec_stream);
+    }
+  }
+  task.work = c10::make_intrusive<CudaWork>(s.rank, dev, s.where(task.seq), t, task.done);
+  auto work = task.work;
+  {
+    std::lock_guard<std::mutex> lock(s.mu);
+    s.queue.push_back(std::move(task));
+  }
+  s.cv.notify_one();
+  return work;
+}
+
+std::map<std::string, int64_t> CudaAllreduce::stats() const {
+  const Impl& s = *impl_;
+  std::map<std::string, int64_t> out;
+  out["cuda_allreduce_calls"] = s.calls.load();
+  out["cuda_allreduce_bytes"] = s.bytes.load();
+  out["cuda_failed_calls"] = s.failed.load();
+  const gpu::GpuP2P* p = s.p2p_ptr.load();
+  out["cuda_device"] = p != nullptr ? p->device() : -1;
+  out["cuda_p2p_ipc"] = p == nullptr ? -1 : (std::string(p->name()) == "cuda-ipc" ? 1 : 0);
+  return out;
+}
+
+std::string CudaAllreduce::p2p_name() const {
+  const gpu::GpuP2P* p = impl_->p2p_ptr.load();
+  return p != nullptr ? p->name() : "";
+}
+
+void CudaAllreduce::shutdown(const std::string& why) { impl_->stop(why, /*abort_p2p=*/false); }
+
+void CudaAllreduce::abort(const std::string& why) { impl_->stop(why, /*abort_p2p=*/true); }
+
+}  // namespace stragg

@@ -1,0 +1,96 @@
+// all_reduce on CUDA tensors on stragg's GPU executor (kernels/), owned by StraggBackend.
+// Compiled only with -DSTRAGG_BACKEND_CUDA (CMake option STRAGG_BACKEND_CUDA, see
+// csrc/backend/CMakeLists.txt); without it CUDA all_reduce is delegated to the inner NCCL backend.
+//
+// Transport: CudaIpcP2P when every rank of the group is on one host (the backend's setup
+// exchange says so; several ranks may share a GPU), NcclP2P otherwise (one GPU per rank). Both
+// are set up lazily by the first CUDA all_reduce (collective, bounded by the group's timeout),
+// on the device of its tensor, through the c10d store under the prefix "cuda/".
+//
+// Stream semantics (those of ProcessGroupNCCL):
+//  * allreduce() records an event on the caller's current stream of the tensor's device and
+//    returns at once; a worker thread makes the executor's stream wait for that event, then
+//    enqueues PREMUL_SUM scaling (gpu::scale), the schedule (GpuExecutor::run, planned by
+//    Planner::choose + plan exactly like the CPU path), AVG division (gpu::divide) and the copy
+//    back of a non-contiguous tensor, and records the Work's completion event. Several calls
+//    complete in issue order. The host never waits for the GPU.
+//  * Work::wait() blocks the host only until the worker has enqueued the call (bounded by the
+//    call's timeout), then makes the caller's current stream wait for the completion event
+//    (cudaStreamWaitEvent) and rethrows the call's error, if any. isCompleted() queries the
+//    event. getFuture() is completed by a poller thread when the event has fired (no CUDA call
+//    in a host callback); its value is the list of output tensors.
+//  * The tensor (and the contiguous working copy) are recorded on the executor stream with
+//    CUDACachingAllocator::recordStream, so freeing them early is safe.
+// Errors (setup failures, timeouts, NCCL / CUDA-IPC failures, a peer's abort) become
+// c10::DistBackendError naming the rank, the op and its sequence number; the p2p layer is then
+// aborted (like NCCL), the call's Work and future carry the error, and later calls raise at
+// once. A call that does not finish on the GPU within its timeout is failed by the poller, which
+// aborts the p2p layer (ncclCommAbort releases kernels stuck on a dead peer).
+//
+// Not supported on this path (they raise or fall back, see cuda_allreduce.cc): the dynamic
+// straggler (STRAGG_STRAGGLER=dynamic runs without a straggler) and the profiled one (the CPU
+// profiler's decision is not agreed in GPU issue order, so "auto" runs without a straggler here);
+// a configured rank works. Mismatched collectives (numel/dtype/op) are not detected on the GPU.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+#include <torch/csrc/distributed/c10d/Store.hpp>
+#include <torch/csrc/distributed/c10d/Types.hpp>
+#include <torch/csrc/distributed/c10d/Work.hpp>
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+
+#include "plan/planner.h"
+
+namespace stragg {
+
+struct CudaAllreduceConfig {
+  PlannerConfig planner;  // the backend's (STRAGG_ALGO / STRAGG_STRAGGLER)
+  bool same_host = true;  // every rank on one host: CUDA IPC, else NCCL
+  std::chrono::milliseconds timeout{300000};  // process-group timeout (setup; calls' default)
+  size_t ipc_slot_bytes = size_t{1} << 20;    // CUDA-IPC staging (must be equal on all ranks)
+  int ipc_slots = 4;
+};
+
+// "stragg" or "nccl": `configured` if not empty, else $STRAGG_CUDA_ALLREDUCE, else "stragg".
+// Throws c10::Error on any other value.
+std::string resolve_cuda_allreduce_mode(const std::string& configured, int rank);
+
+class CudaAllreduce {
+ public:
+  // Cheap: nothing is set up until the first call. `store` is the backend's store (a
+  // PrefixStore "cuda/" is put on top of it).
+  CudaAllreduce(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
+                CudaAllreduceConfig config);
+  // Fails queued calls, waits (bounded) for calls in flight, then releases the GPU resources.
+  ~CudaAllreduce();
+  CudaAllreduce(const CudaAllreduce&) = delete;
+  CudaAllreduce& operator=(const CudaAllreduce&) = delete;
+
+  // In-place all_reduce of one dense CUDA tensor; `timeout` is the call's (already resolved).
+  c10::intrusive_ptr<c10d::Work> allreduce(const at::Tensor& tensor, const c10d::ReduceOp& op,
+                                           std::chrono::milliseconds timeout);
+
+  // cuda_allreduce_calls, cuda_allreduce_bytes, cuda_failed_calls, cuda_device (-1 before
+  // setup), cuda_p2p_ipc (1: CUDA IPC, 0: NCCL, -1 before setup).
+  std::map<std::string, int64_t> stats() const;
+  // "cuda-ipc", "nccl", "local" (one rank) or "" before the first call.
+  std::string p2p_name() const;
+
+  // Stops accepting calls, fails the queued ones, waits (bounded) for those in flight.
+  void shutdown(const std::string& why);
+  // Aborts the p2p layer (peers fail promptly), then shutdown.
+  void abort(const std::string& why);
+
+  struct Impl;
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace stragg
