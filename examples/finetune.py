@@ -8,8 +8,8 @@ The script is its own launcher: it runs the same training job twice under
 `python -m torch.distributed.run --standalone --nproc-per-node R` (torchrun), once with
 `dist.init_process_group("gloo")` and once with `dist.init_process_group("stragg")`. Both are
 plain `DistributedDataParallel`; nothing in the training code knows about stragg. One rank (the
-injected persistent straggler) sleeps D before every backward pass, so it is late for every
-gradient all_reduce. stragg's profiler notices which rank keeps arriving last and switches the
+injected persistent straggler) spends D (computing; --straggler-mode sleep: sleeping) before
+every backward pass, so it is late for every gradient all_reduce. stragg's profiler notices which rank keeps arriving last and switches the
 all_reduce to StragglAR for it: the other ranks reduce-scatter among themselves while they wait.
 
 The model is a small GPT-2 (transformers' GPT2LMHeadModel built from a config with random
@@ -43,7 +43,10 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 
 DEFAULT_STEPS = 150
 DEFAULT_WARMUP = 5
-AUTO_DELAY_FACTOR = 0.5
+# D = one Gloo all_reduce of the gradient, about twice its reduce-scatter half: with 4 CPU-bound
+# ranks sharing 2 cores the arrival jitter is +-20 ms, and at half that delay the straggler was
+# last in only ~40-50% of the steps (not a persistent straggler); at one all_reduce ~85%.
+AUTO_DELAY_FACTOR = 1.0
 
 
 # --------------------------------------------------------------------------------------------
@@ -60,10 +63,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         epilog=(
             "straggler delay 'auto': before training, the first job times a Gloo all_reduce of "
             "a buffer as large as the model's gradients (median of a few, slowest rank) and uses "
-            f"{AUTO_DELAY_FACTOR:g}x that time as D (the reduce-scatter half of a ring "
-            "all_reduce); later jobs reuse the same D. That is about the time the fast ranks can "
-            "fill with StragglAR's reduce-scatter; a much longer delay only adds the same idle "
-            "time to both backends.\n\n"
+            f"{AUTO_DELAY_FACTOR:g}x that time as D; later jobs reuse the same D. Half of it (the "
+            "reduce-scatter half of a ring all_reduce) is what the fast ranks can fill with "
+            "StragglAR's reduce-scatter; the default doubles it so the straggler stays last through "
+            "the scheduling jitter of a host with fewer cores than ranks. "
+            "--straggler-delay-ms sets D directly.\n\n"
             "Environment: STRAGG_* settings (e.g. STRAGG_PROFILE_EVERY) pass through to the "
             "stragg job; --stragg-env KEY=VALUE sets them for the stragg job only."
         ),
@@ -88,6 +92,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="the rank that sleeps before every backward (default: the last rank)",
     )
     p.add_argument("--no-straggler", action="store_true", help="inject no straggler")
+    p.add_argument(
+        "--straggler-mode",
+        choices=("busy", "sleep"),
+        default="busy",
+        help="how the straggler spends D: 'busy' (default) computes (spins) for D, like a slower "
+        "GPU or extra work; 'sleep' sleeps, which on a host with fewer cores than ranks hands its "
+        "core to the others and so makes it much less late than D",
+    )
     p.add_argument(
         "--straggler-delay-ms",
         default="auto",
@@ -359,7 +371,13 @@ def worker(args: argparse.Namespace) -> None:
         x = batches[step]
         loss = ddp(input_ids=x, labels=x).loss
         if rank == straggler and delay_s > 0:
-            time.sleep(delay_s)  # the persistent straggler: late for every gradient all_reduce
+            # The persistent straggler: late for every gradient all_reduce.
+            if args.straggler_mode == "sleep":
+                time.sleep(delay_s)
+            else:
+                end = time.perf_counter() + delay_s
+                while time.perf_counter() < end:
+                    pass
         loss.backward()  # DDP all_reduces the gradient bucket at the end of the backward pass
         opt.step()
         opt.zero_grad(set_to_none=True)
@@ -473,6 +491,7 @@ def run_job(
         "--warmup": args.warmup,
         "--ranks": args.ranks,
         "--straggler-delay-ms": args.straggler_delay_ms,
+        "--straggler-mode": args.straggler_mode,
         "--layers": args.layers,
         "--d-model": args.d_model,
         "--heads": args.heads,

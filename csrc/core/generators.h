@@ -39,8 +39,9 @@ Schedule stragglar(int n, int straggler);
 Schedule stragglar_post_arrival(int n, int straggler);
 // Lower bound on post-arrival rounds: n - 2 + ceil(log2 n) (n >= 2).
 int stragglar_round_lower_bound(int n);
-// True if stragglar(n, .) is built quickly (power-of-2 n, a stored design, or n small enough for
-// the matching heuristic); otherwise building it may take minutes (the runtime falls back).
+// True if stragglar(n, .) is built quickly (power-of-2 n, n small enough for the matching
+// heuristic, a stored design, or a constructed design); otherwise building it may take minutes
+// (the runtime falls back to Ring).
 bool stragglar_builds_fast(int n);
 
 // ---- bcast.cc: straggler-aware Broadcast baseline (StragglAR App. F): ring allreduce among

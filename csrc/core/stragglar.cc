@@ -14,13 +14,14 @@
 // the invariants of the proof and throws if one breaks.
 //
 // Other n (even and odd; App. E leaves odd n out): a circulant design (see "circulant designs"
-// below; designs for n <= 255 precomputed offline in stragglar_designs.inc) gives at most the lower
-// bound + 2 rounds; a deadline-driven tail after the straggler's last exchange often saves one. For
-// n <= 64, and where no design is stored, the older deadline heuristic (append_general) also runs:
-// each chunk c, fully reduced in round j, is due by round j + ceil(log2 n); every round the sends form
-// a bipartite matching holders -> ranks lacking chunks (one send and one receive per rank, not
-// necessarily pairwise), built by augmenting paths, urgent receives first. The schedule with fewer
-// rounds is kept.
+// below; designs for n <= 255 precomputed offline in stragglar_designs.inc, larger n constructed
+// at generation time by the two-chain construction) gives at most the lower bound + 2 rounds (+3
+// for n = 507, 510, 511, 1019, 1022, 1023); for stored designs a deadline-driven tail after the
+// straggler's last exchange often saves one. For n <= 64, and where no design can be had, the
+// older deadline heuristic (append_general) also runs: each chunk c, fully reduced in round j, is
+// due by round j + ceil(log2 n); every round the sends form a bipartite matching holders -> ranks
+// lacking chunks (one send and one receive per rank, not necessarily pairwise), built by
+// augmenting paths, urgent receives first. The schedule with fewer rounds is kept.
 #include <algorithm>
 #include <cstdint>
 #include <functional>
@@ -402,9 +403,10 @@ void append_general(Schedule& s, int phase, const GeneralVariant& var) {
 // y -> y + beta(y) is a bijection of Z_m \ {0}; a rank sends age a only if it already holds that
 // chunk (rho(y + a) < a, rho(0) = 0); senders and receivers of every age are equally many. Then
 // every round is valid, chunk j is complete after round j + max(beta), and the schedule has
-// m + max(beta) post-arrival rounds. beta comes from csrc/core/stragglar_designs.inc (found
-// offline by csrc/core/tools/stragglar_designs.py, an ILP); alpha is recomputed here by a
-// bipartite b-matching (positions -> ages), which the ILP guarantees to exist.
+// m + max(beta) post-arrival rounds. For n <= 255 beta comes from csrc/core/stragglar_designs.inc
+// (found offline by csrc/core/tools/stragglar_designs.py, an ILP); alpha is recomputed here by a
+// bipartite b-matching (positions -> ages), which the ILP guarantees to exist. Larger n: see the
+// two-chain construction below (beta and alpha together).
 struct CirculantDesign {
   int A = 0;                     // largest age
   std::vector<int> beta, alpha;  // per position, index 0 unused
@@ -467,6 +469,251 @@ bool load_design(int n, CirculantDesign& d) {
     if (!augment(y)) return false;
   }
   return true;
+}
+
+// Two-chain construction (n > 255 without a stored design; milliseconds). In the frame of one rank
+// (slot k = round minus the rank's straggler round, position y = -k), the chunk born k' slots
+// after the rank's own is born in slot k' and received in some slot k' + beta, beta in 1..A. We
+// look for designs in which every rank holds exactly two "young" chunks (of age <= A, received at
+// a smaller age) at the start of every slot. They are two
+// chains X and Y, each tiling Z_m with intervals: the interval [t+1, t+l] is the life of the chunk
+// received in slot t at age A - l (at slot t + i it has age A - l + i); the own chunk's interval
+// is [1, A] in chain X (received at age 0 in slot 0). Interval ends of X and Y never coincide; a
+// slot in which neither chain's interval ends receives the chunk of age A. Chain X sends its young
+// chunk in every slot k != 0 (inner nodes of every chunk's spanning tree, forwarding at every age
+// up to A) except in z "swap" slots: an end t of X followed by an end of Y at t + 1, where Y sends
+// its chunk at age A - 1 instead; otherwise Y never sends (leaves). With S_a (a < A) = receives at
+// age a and S_A = number of X intervals, X has S_{a+1} - S_a intervals of length A - a and Y has
+// 2 S_a - S_{a+1} of them (plus z of length 1), and per age the sends equal the receives. Both
+// chains tile Z_m iff P_A = m and P_1 + ... + P_{A-1} + z = 2m - A (P_a = S_1 + ... + S_a), with
+// S_1 = 1, S_a <= S_{a+1} <= 2 S_a. find_profile enumerates such S (most doubling first) for the
+// smallest A, arrange_chains orders the intervals so that no ends coincide (greedy variants, then
+// seeded random ones: deterministic), and check_design re-checks the circulant conditions. For
+// 257 <= n <= 1023 this gives A = ceil(log2 n) + 1 (lower bound + 2, as the stored designs) except
+// n = 507, 510, 511, 1019, 1022, 1023 (A one larger).
+
+// Enumerates profiles S[1..A] with z as above (z: slots in which Y sends instead of X, see
+// arrange_chains), most doubling first, until `use` accepts one (true) or a search budget runs out.
+bool find_profile(int m, int A, const std::function<bool(const std::vector<long long>&, long long)>& use) {
+  const long long target = 2LL * m - A;
+  std::vector<long long> S(A + 1, 0);
+  S[1] = 1;
+  long long nodes = 0;
+  std::function<bool(int, long long, long long, long long)> go =
+      [&](int a, long long s, long long P, long long Sig) -> bool {
+    if (++nodes > 100000) return false;
+    if (a == A - 2) {
+      // S_{A-1} = u = T - z, S_A = v = m - P - u; smallest z that keeps every count >= 0.
+      const long long T = target - Sig - P;
+      long long z0 = std::max<long long>({0, T - 2 * s, (2 * T - m + P + 1) / 2});
+      const long long u = T - z0, v = m - P - u;
+      if (s <= u && u <= 2 * s && u <= v && v - u <= u + z0 && z0 <= v - 1) {
+        S[a + 1] = u;
+        S[a + 2] = v;
+        return use(S, z0);
+      }
+      return false;
+    }
+    const int r = A - a;  // ages a+1 .. A remain
+    for (long long s2 = 2 * s; s2 >= s; --s2) {
+      // Smallest continuation: S constant; largest: doubling.
+      if (P + s2 * r > m) continue;
+      long long pmax = P, smax = 0, smin = 0, x = s2;
+      for (int i = 0; i < r; ++i) {
+        pmax += x;
+        if (i < r - 1) smax += pmax, smin += P + s2 * (i + 1);
+        x = std::min<long long>(2 * x, 1LL << 40);
+      }
+      if (pmax < m) break;
+      if (Sig + smin > target) continue;
+      if (Sig + smax + m < target) break;
+      S[a + 1] = s2;
+      if (go(a + 1, s2, P + s2, Sig + P + s2)) return true;
+    }
+    return false;
+  };
+  return A >= 4 && go(1, 1, 1, 1);
+}
+
+constexpr int kGreedyAttempts = 64;
+constexpr int kArrangeAttempts = 256;     // for the first profile of an A
+constexpr int kArrangeAttemptsLater = 16;  // for further profiles
+constexpr int kMaxProfiles = 200;
+
+// Deterministic pseudo-random numbers (splitmix64).
+struct SplitMix {
+  uint64_t x;
+  uint64_t next() {
+    uint64_t z = (x += 0x9E3779B97F4A7C15ULL);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+    return z ^ (z >> 31);
+  }
+  int below(int k) { return static_cast<int>(next() % static_cast<uint64_t>(k)); }
+};
+
+// Orders X's and Y's intervals (counts by length) on Z_m; fills per-slot receive and send ages.
+// In z of X's interval ends t, Y's interval ends at t + 1 and Y sends (age A - 1) instead of X.
+// Attempt 0 is greedy (largest remaining fraction first); later attempts randomize the choices.
+bool arrange_chains(int m, int A, const std::vector<int>& xcount, const std::vector<int>& ycount,
+                    long long z, int attempt, std::vector<int>& recv, std::vector<int>& send) {
+  SplitMix rng{0x5EEDULL + static_cast<uint64_t>(attempt) * 7919};
+  // X: the own interval [1, A], then the others interleaved by length (least placed fraction
+  // first, or random), ending at slot m = 0.
+  std::vector<int> xlen, xplaced(A + 1, 0);
+  int xtotal = 0;
+  for (int l = 1; l <= A; ++l) xtotal += xcount[l];
+  for (int i = 0; i < xtotal; ++i) {
+    int best = -1;
+    if (attempt >= kGreedyAttempts && attempt % 4 == 3) {
+      int k = rng.below(xtotal - i);
+      for (int l = 1; l <= A && best < 0; ++l) {
+        if (k < xcount[l] - xplaced[l]) best = l;
+        k -= xcount[l] - xplaced[l];
+      }
+    } else {
+      for (int l = 1; l <= A; ++l)
+        if (xplaced[l] < xcount[l] &&
+            (best < 0 || static_cast<long long>(xplaced[l]) * xcount[best] <
+                             static_cast<long long>(xplaced[best]) * xcount[l]))
+          best = l;
+    }
+    xlen.push_back(best);
+    ++xplaced[best];
+  }
+  if (attempt & 1) std::reverse(xlen.begin(), xlen.end());
+  std::vector<int> next_len(m, 0);   // slot -> length of X's interval starting after it
+  std::vector<char> xend(m + 1, 0);  // slot is the end of an X interval
+  std::vector<int> xnext(m + 1, 0);  // slot -> end of the X interval containing it
+  {
+    int t = A;
+    xend[0] = xend[A % m] = 1;
+    for (int l : xlen) {
+      next_len[t % m] = l;
+      t += l;
+      xend[t % m] = 1;
+    }
+    if (t != m) return false;
+    int e = m;
+    for (int k = m; k >= 1; --k) {
+      if (xend[k % m]) e = k;
+      xnext[k] = e;
+    }
+    next_len[0] = A;
+  }
+  // Y: from a start slot o (an end of Y); while swaps are due, end just after X's next end;
+  // otherwise a length whose end avoids X's ends.
+  int ytotal = 0;
+  for (int l = 1; l <= A; ++l) ytotal += ycount[l];
+  int o = attempt < kGreedyAttempts ? 1 : 1 + rng.below(m - 1);
+  for (int skip = attempt < kGreedyAttempts ? attempt / 2 : 0;; ++o) {
+    if (o >= m) return false;
+    if (!xend[o] && skip-- == 0) break;
+  }
+  std::vector<int> left(ycount);
+  std::vector<char> yend(m, 0), swap(m, 0);
+  std::vector<int> ynext_len(m, 0);
+  long long zleft = z;
+  int p = o;
+  for (int i = 0; i < ytotal; ++i) {
+    int best = -1;
+    const int e = xnext[p % m + 1] + (p - p % m);  // X's next end after p (unwrapped)
+    if (zleft > 0) {
+      const int l = e + 1 - p;
+      if (e % m != 0 && l >= 2 && l <= A && left[l] > 0 && !xend[(p + l) % m]) best = l;
+    }
+    const bool swapped = best > 0;
+    if (!swapped) {
+      int total = 0;
+      for (int l = 1; l <= A; ++l) {
+        if (left[l] == 0 || xend[(p + l) % m]) continue;
+        total += left[l];
+        if (best < 0 || static_cast<long long>(left[l]) * ycount[best] >
+                            static_cast<long long>(left[best]) * ycount[l])
+          best = l;
+      }
+      if (attempt >= kGreedyAttempts && total > 0 && rng.below(4) == 0) {
+        int k = rng.below(total);
+        for (int l = 1; l <= A; ++l) {
+          if (left[l] == 0 || xend[(p + l) % m]) continue;
+          if (k < left[l]) {
+            best = l;
+            break;
+          }
+          k -= left[l];
+        }
+      }
+    }
+    if (best < 0) return false;
+    --left[best];
+    ynext_len[p % m] = best;
+    p += best;
+    yend[p % m] = 1;
+    if (swapped) {
+      swap[(p - 1) % m] = 1;
+      --zleft;
+    }
+  }
+  if (p != o + m || zleft != 0) return false;
+  recv.assign(m, 0);
+  send.assign(m, 0);
+  for (int k = 1; k < m; ++k) {
+    recv[k] = xend[k] ? A - next_len[k] : (yend[k] ? A - ynext_len[k] : A);
+    send[k] = swap[k] ? A - 1 : A - (xnext[k] - k);
+  }
+  return true;
+}
+
+// Checks the circulant conditions (bijection, send feasibility, per-age balance).
+bool check_design(int m, const CirculantDesign& d) {
+  std::vector<int> rho(m, -1);
+  rho[0] = 0;
+  std::vector<int> bal(d.A + 1, 0);
+  for (int y = 1; y < m; ++y) {
+    if (d.beta[y] < 1 || d.beta[y] > d.A || d.alpha[y] < 1 || d.alpha[y] > d.A) return false;
+    const int off = (y + d.beta[y]) % m;
+    if (rho[off] != -1) return false;
+    rho[off] = d.beta[y];
+    ++bal[d.beta[y]];
+    --bal[d.alpha[y]];
+  }
+  for (int y = 1; y < m; ++y)
+    if (rho[(y + d.alpha[y]) % m] >= d.alpha[y]) return false;
+  for (int a = 1; a <= d.A; ++a)
+    if (bal[a] != 0) return false;
+  return true;
+}
+
+bool construct_design(int n, CirculantDesign& d) {
+  const int m = n - 1, L = detail::ceil_log2(n);
+  if (n < 8 || detail::is_pow2(n)) return false;
+  for (int A = L + 1; A <= L + 4; ++A) {
+    int profiles = 0;
+    auto use = [&](const std::vector<long long>& S, long long z) -> bool {
+      const int attempts = profiles++ == 0 ? kArrangeAttempts : kArrangeAttemptsLater;
+      if (profiles > kMaxProfiles) return true;  // give up on this A
+      std::vector<int> xcount(A + 1, 0), ycount(A + 1, 0);
+      for (int a = 1; a < A; ++a) {
+        xcount[A - a] = static_cast<int>(S[a + 1] - S[a]);
+        ycount[A - a] = static_cast<int>(2 * S[a] - S[a + 1] + (a == A - 1 ? z : 0));
+      }
+      for (int attempt = 0; attempt < attempts; ++attempt) {
+        std::vector<int> recv, send;
+        if (!arrange_chains(m, A, xcount, ycount, z, attempt, recv, send)) continue;
+        d.A = A;
+        d.beta.assign(m, 0);
+        d.alpha.assign(m, 0);
+        for (int k = 1; k < m; ++k) {
+          d.beta[m - k] = recv[k];
+          d.alpha[m - k] = send[k];
+        }
+        if (check_design(m, d)) return true;
+      }
+      return false;
+    };
+    if (find_profile(m, A, use) && profiles <= kMaxProfiles) return true;
+  }
+  return false;
 }
 
 // Appends the design's rounds 0 .. min(limit, m + A) - 1 and records them in ps.
@@ -620,6 +867,10 @@ Schedule make_schedule(int n, bool with_pre_arrival) {
     } else {
       s = std::move(circ);
     }
+  } else if (construct_design(n, design)) {
+    // No tail compression here: its trials cost seconds at n ~ 1000 and did not pay off.
+    PropagationState ps(n);
+    append_circulant(s, 1, design, ps);
   } else {
     append_general_best(s, 1);
   }
@@ -632,7 +883,8 @@ int stragglar_round_lower_bound(int n) { return n - 2 + detail::ceil_log2(n); }
 
 bool stragglar_builds_fast(int n) {
   CirculantDesign design;
-  return n >= 2 && (detail::is_pow2(n) || n <= kHeuristicMaxN || load_design(n, design));
+  return n >= 2 && (detail::is_pow2(n) || n <= kHeuristicMaxN || load_design(n, design) ||
+                    construct_design(n, design));
 }
 
 Schedule stragglar(int n, int straggler) {

@@ -60,9 +60,9 @@ Planner::Planner(int n, PlannerConfig config) : n_(n), config_(std::move(config)
   }
   stragglar_ok_ = n_ >= 3 && core::stragglar_builds_fast(n_);
   if (n_ >= 3 && !stragglar_ok_) {
-    notes_.push_back("no stored StragglAR design for " + std::to_string(n_) +
-                     " ranks (non-power-of-2 above 255): building one would take minutes, so "
-                     "straggler-aware calls run Ring");
+    notes_.push_back("no fast StragglAR schedule for " + std::to_string(n_) +
+                     " ranks (no stored or constructed design): building one would take minutes, "
+                     "so straggler-aware calls run Ring");
   }
   algorithm_ = config_.algo;
   if (n_ <= 1) {
