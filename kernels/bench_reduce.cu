@@ -10,24 +10,20 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <exception>
 #include <cstring>
 #include <string>
 #include <vector>
 
+#include "kernels/cuda_check.h"
 #include "kernels/reduce_kernels.h"
 #include "runtime/dtype.h"
 #include "runtime/reduce.h"
 
 namespace {
 
-#define CHECK(x)                                                                         \
-  do {                                                                                   \
-    cudaError_t rc_ = (x);                                                               \
-    if (rc_ != cudaSuccess) {                                                            \
-      std::fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(rc_)); \
-      std::exit(1);                                                                      \
-    }                                                                                    \
-  } while (0)
+// CUDA errors throw stragg::Error (kernels/cuda_check.h); main reports them and returns 1.
+#define CHECK(x) ::stragg::gpu::cuda_check((x), #x)
 
 template <class F>
 float time_ms(cudaStream_t stream, int iters, F&& fn) {
@@ -48,7 +44,8 @@ float time_ms(cudaStream_t stream, int iters, F&& fn) {
 
 }  // namespace
 
-int main(int argc, char** argv) {
+namespace {
+int run(int argc, char** argv) {
   size_t mib = 256;
   int iters = 20;
   bool json = false;
@@ -133,4 +130,14 @@ int main(int argc, char** argv) {
   CHECK(cudaFree(src));
   CHECK(cudaStreamDestroy(stream));
   return 0;
+}
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    return run(argc, argv);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "bench_reduce: %s\n", e.what());
+    return 1;
+  }
 }
