@@ -450,27 +450,21 @@ void StraggBackend::profile_exchange() {
   batch_durations_.clear();
   batch_bytes_.clear();
 
-  uint64_t exchanges = 0;
-  {
-    std::lock_guard<std::mutex> lock(profiler_mu_);
-    exchanges = profiler_->summary().exchanges;
-  }
   // Link probes: after the first exchange, then periodically. They run at the start of the next
   // call (run_task), not now: now the users' threads are computing (the exchange runs behind
   // their backs) and would slow the probe's messages; inside a call every rank is waiting.
-  if (config_.probe_every_exchanges > 0 && exchanges % config_.probe_every_exchanges == 0) {
+  std::lock_guard<std::mutex> lock(profiler_mu_);
+  if (config_.probe_every_exchanges > 0 &&
+      profiler_->exchanges() % config_.probe_every_exchanges == 0) {
     probe_pending_ = true;
   }
-  std::lock_guard<std::mutex> lock(profiler_mu_);
-  const int before = profiler_->straggler();
-  profiler_->add_batch(all, k, bytes, link_model_, batch_first_call_);
+  const bool changed = profiler_->add_batch(all, k, bytes, link_model_, batch_first_call_);
   const ProfilerSummary sum = profiler_->summary();
   // The window's delays (the dynamic mode's wait-or-proceed rule learns from them).
   const size_t w = std::min<size_t>(profiler_settings_.window, sum.recent_delays_s.size());
   recent_delays_.assign(sum.recent_delays_s.end() - w, sum.recent_delays_s.end());
-  const int after = profiler_->straggler();
-  profiled_straggler_.store(after);
-  if (after != before) {
+  profiled_straggler_.store(profiler_->straggler());
+  if (changed) {
     LOG(INFO) << "stragg: rank " << rank << " of group '" << group_name_ << "': profiler: "
               << (sum.decisions.empty() ? std::string("straggler changed")
                                         : sum.decisions.back().reason);

@@ -120,6 +120,7 @@ class StragglerProfiler {
                  const LinkModel& link, uint64_t first_call);
 
   int straggler() const { return straggler_; }
+  uint64_t exchanges() const { return exchanges_; }  // add_batch calls so far
   ProfilerSummary summary() const;
   const ProfilerSettings& settings() const { return settings_; }
   // Back to no straggler (records a decision with this reason if it changes) and clears the
