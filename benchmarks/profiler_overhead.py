@@ -40,18 +40,17 @@ class Config:
     every: int
 
 
-def _group(profile: bool, timeout: datetime.timedelta) -> Any:
-    saved = {k: os.environ.get(k) for k in ("STRAGG_PROFILE", "STRAGG_ALGO", "STRAGG_PROFILE_EVERY")}
-    os.environ["STRAGG_PROFILE"] = "1" if profile else "0"
-    os.environ["STRAGG_ALGO"] = "ring"
+def _group(profile: bool, every: int, timeout: datetime.timedelta) -> Any:
+    """A stragg group fixed to Ring, with the profiler on or off (stragg's Python settings)."""
+    import stragg
+    import stragg.profiler
+
+    stragg.set_policy(algo="ring")
+    stragg.profiler.configure(enabled=profile, every=every)
     try:
         return dist.new_group(backend="stragg", timeout=timeout)
     finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
+        stragg.reset_policy()
 
 
 def _busy(seconds: float) -> None:
@@ -65,10 +64,13 @@ def worker(rank: int, cfg: Config, result_path: str) -> None:
     stragg_mod, why = import_stragg()
     if stragg_mod is None:
         raise RuntimeError(f"rank {rank}: import stragg failed: {why}")
-    os.environ["STRAGG_PROFILE_EVERY"] = str(cfg.every)
     timeout = datetime.timedelta(seconds=300)
     dist.init_process_group("gloo", rank=rank, world_size=cfg.ranks, timeout=timeout)
-    groups = {ON: _group(True, timeout), OFF: _group(False, timeout), GLOO: dist.new_group()}
+    groups = {
+        ON: _group(True, cfg.every, timeout),
+        OFF: _group(False, cfg.every, timeout),
+        GLOO: dist.new_group(),
+    }
     buf = torch.ones(cfg.size // 4)
     results: dict[str, list[float]] = {k: [] for k in groups}
     for _ in range(cfg.repeats):
