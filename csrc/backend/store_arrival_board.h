@@ -14,7 +14,7 @@
 #include <optional>
 #include <string>
 
-#include "runtime/transport.h"
+#include "transport/transport.h"
 
 namespace stragg {
 

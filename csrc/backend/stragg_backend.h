@@ -21,8 +21,8 @@
 #include "plan/planner.h"
 #include "plan/straggler_profiler.h"
 #include "runtime/executor.h"
-#include "runtime/shm_transport.h"
-#include "runtime/tcp_transport.h"
+#include "transport/shm/shm_transport.h"
+#include "transport/tcp/tcp_transport.h"
 
 namespace stragg {
 

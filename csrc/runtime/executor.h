@@ -8,7 +8,7 @@
 
 #include "runtime/dtype.h"
 #include "runtime/plan.h"
-#include "runtime/transport.h"
+#include "transport/transport.h"
 
 namespace stragg {
 

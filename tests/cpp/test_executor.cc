@@ -9,7 +9,7 @@
 #include "runtime/error.h"
 #include "runtime/executor.h"
 #include "runtime/ring_plan.h"
-#include "runtime/shm_transport.h"
+#include "transport/shm/shm_transport.h"
 #include "test_util.h"
 #include "transport_checks.h"
 

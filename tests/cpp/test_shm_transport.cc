@@ -10,7 +10,7 @@
 
 #include "runtime/error.h"
 #include "runtime/host_identity.h"
-#include "runtime/shm_transport.h"
+#include "transport/shm/shm_transport.h"
 #include "test_util.h"
 
 namespace stragg {

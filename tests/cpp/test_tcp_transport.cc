@@ -25,7 +25,7 @@
 #include "runtime/error.h"
 #include "runtime/executor.h"
 #include "runtime/ring_plan.h"
-#include "runtime/tcp_transport.h"
+#include "transport/tcp/tcp_transport.h"
 #include "test_util.h"
 #include "transport_checks.h"
 

@@ -16,7 +16,7 @@
 #include "runtime/error.h"
 #include "runtime/executor.h"
 #include "runtime/ring_plan.h"
-#include "runtime/transport.h"
+#include "transport/transport.h"
 #include "test_util.h"
 
 namespace stragg::testing {

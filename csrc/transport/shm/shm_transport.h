@@ -22,7 +22,7 @@
 #include <vector>
 
 #include "runtime/rendezvous.h"
-#include "runtime/transport.h"
+#include "transport/transport.h"
 
 namespace stragg {
 

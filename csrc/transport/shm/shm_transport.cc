@@ -1,4 +1,4 @@
-#include "runtime/shm_transport.h"
+#include "transport/shm/shm_transport.h"
 
 #include <fcntl.h>
 #include <linux/futex.h>

@@ -1,4 +1,4 @@
-#include "runtime/tcp_transport.h"
+#include "transport/tcp/tcp_transport.h"
 
 #include <arpa/inet.h>
 #include <fcntl.h>
