@@ -28,6 +28,7 @@
 #include <utility>
 #include <vector>
 
+#include "backend/dist_error.h"
 #include "backend/store_rendezvous.h"
 #include "backend/type_mapping.h"
 #include "kernels/cuda_ipc_p2p.h"
@@ -39,6 +40,7 @@
 #endif
 #include "runtime/dtype.h"
 #include "runtime/error.h"
+#include "session/serial_worker.h"
 
 namespace stragg {
 namespace {
@@ -51,11 +53,7 @@ constexpr const char* kOpName = "all_reduce";
 [[noreturn]] void throw_dist(const std::string& msg) { C10_THROW_ERROR(DistBackendError, msg); }
 
 std::exception_ptr dist_error(const std::string& msg) {
-  try {
-    throw_dist(msg);
-  } catch (...) {
-    return std::current_exception();
-  }
+  return to_dist_error(std::make_exception_ptr(Error(msg)));
 }
 
 std::string cuda_message(cudaError_t rc) {
@@ -254,22 +252,6 @@ struct InFlight {
 
 }  // namespace
 
-std::string resolve_cuda_allreduce_mode(const std::string& configured, int rank) {
-  std::string mode = configured;
-  if (mode.empty()) {
-    const char* env = std::getenv("STRAGG_CUDA_ALLREDUCE");
-    mode = env != nullptr ? env : "";
-  }
-  std::string lower;
-  for (char c : mode) {
-    if (c != ' ' && c != '\t') lower.push_back(static_cast<char>(std::tolower(static_cast<unsigned char>(c))));
-  }
-  if (lower.empty()) lower = "stragg";
-  TORCH_CHECK(lower == "stragg" || lower == "nccl", "stragg: rank ", rank,
-              ": unknown STRAGG_CUDA_ALLREDUCE '", mode, "' (expected stragg or nccl)");
-  return lower;
-}
-
 struct CudaAllreduce::Impl {
   Impl(const c10::intrusive_ptr<c10d::Store>& base, int rank_, int size_, CudaAllreduceConfig c)
       : store(c10::make_intrusive<c10d::PrefixStore>("cuda/", base)),
@@ -285,8 +267,9 @@ struct CudaAllreduce::Impl {
   }
 
   void ensure_setup(int dev);  // caller thread, under call_mu
-  void worker_loop();
+  SerialWorker::Job job_for(std::shared_ptr<Task> task);
   void run_task(Task& task);
+  void task_finished(Task& task, std::exception_ptr error);
   void poller_loop();
   void fail_in_flight(const std::string& msg);
   void stop(const std::string& why, bool abort_p2p);
@@ -309,13 +292,9 @@ struct CudaAllreduce::Impl {
   std::unique_ptr<Planner> planner;
   uint64_t next_seq = 0;
 
-  // Worker queue.
-  std::mutex mu;
-  std::condition_variable cv;
-  std::deque<Task> queue;
-  bool stopping = false;
-  std::atomic<bool> running{false};
-  std::thread worker;
+  // The worker both all_reduce paths share (session/serial_worker.h); started by the setup.
+  std::unique_ptr<SerialWorker> worker;
+  std::atomic<bool> stopping{false};
 
   // Calls enqueued on the GPU, oldest first (they complete in this order).
   std::mutex fl_mu;
@@ -361,7 +340,7 @@ void CudaAllreduce::Impl::ensure_setup(int dev) {
     device = dev;
     p2p_name = p2p->name();
     p2p_ptr.store(p2p.get());
-    worker = std::thread([this] { worker_loop(); });
+    worker = std::make_unique<SerialWorker>();
     poller = std::thread([this] { poller_loop(); });
   } catch (const c10::Error& e) {
     setup_error = dist_error(prefix() + ": setting up CUDA all_reduce on cuda:" +
@@ -379,46 +358,37 @@ void CudaAllreduce::Impl::ensure_setup(int dev) {
   }
 }
 
-void CudaAllreduce::Impl::worker_loop() {
-  (void)cudaSetDevice(device);  // this thread's CUDA calls and torch ops run on the group's device
-  c10::AutoGradMode no_grad(false);  // the copy back of a leaf that requires grad is no autograd op
-  while (true) {
-    Task task;
-    {
-      std::unique_lock<std::mutex> lock(mu);
-      cv.wait(lock, [&] { return stopping || !queue.empty(); });
-      if (queue.empty()) return;
-      task = std::move(queue.front());
-      queue.pop_front();
-      running.store(true);
-    }
-    std::exception_ptr error;
-    try {
-      run_task(task);
-    } catch (const c10::Error& e) {
-      error = dist_error(task.work->where() + ": " + e.what_without_backtrace());
-    } catch (const std::exception& e) {
-      const std::string msg = e.what();
-      // The executor's messages already start with the call's name.
-      error = dist_error(msg.rfind("stragg: rank", 0) == 0 ? msg : task.work->where() + ": " + msg);
-    }
-    running.store(false);
-    if (error) {
-      // A half-enqueued call leaves the peers inconsistent: make them (and later calls) fail.
-      if (auto* p = p2p_ptr.load()) p->abort(task.work->where() + ": failed to enqueue");
-      failed.fetch_add(1);
-      task.work->mark_failed(error);
-      continue;
-    }
-    calls.fetch_add(1);
-    bytes.fetch_add(static_cast<int64_t>(task.buffer.nbytes()));
-    task.work->mark_enqueued();
-    {
-      std::lock_guard<std::mutex> lock(fl_mu);
-      in_flight.push_back({task.work, Clock::now() + task.timeout});
-    }
-    fl_cv.notify_all();
+SerialWorker::Job CudaAllreduce::Impl::job_for(std::shared_ptr<Task> task) {
+  SerialWorker::Job job;
+  job.run = [this, task] {
+    (void)cudaSetDevice(device);  // the worker's CUDA calls and torch ops run on the group's device
+    c10::AutoGradMode no_grad(false);  // the copy back of a leaf that requires grad is no autograd op
+    run_task(*task);
+  };
+  job.finish = [this, task](std::exception_ptr error) { task_finished(*task, error); };
+  job.cancel = [this, task](const std::string& why) {
+    failed.fetch_add(1);
+    task->work->mark_failed(dist_error(task->work->where() + ": did not run: " + why));
+  };
+  return job;
+}
+
+void CudaAllreduce::Impl::task_finished(Task& task, std::exception_ptr error) {
+  if (error) {
+    // A half-enqueued call leaves the peers inconsistent: make them (and later calls) fail.
+    if (auto* p = p2p_ptr.load()) p->abort(task.work->where() + ": failed to enqueue");
+    failed.fetch_add(1);
+    task.work->mark_failed(to_dist_error(error, task.work->where()));
+    return;
   }
+  calls.fetch_add(1);
+  bytes.fetch_add(static_cast<int64_t>(task.buffer.nbytes()));
+  task.work->mark_enqueued();
+  {
+    std::lock_guard<std::mutex> lock(fl_mu);
+    in_flight.push_back({task.work, Clock::now() + task.timeout});
+  }
+  fl_cv.notify_all();
 }
 
 void CudaAllreduce::Impl::run_task(Task& task) {
@@ -443,10 +413,8 @@ void CudaAllreduce::Impl::run_task(Task& task) {
       // The straggler is known in advance only when configured: the dynamic one (agreed per
       // call on the CPU transport's arrival board) and the CPU profiler's (decided on the CPU
       // worker, not in GPU issue order) are not available here.
-      const int configured = planner->straggler();
-      const PlanChoice choice =
-          planner->choose(numel * elem, configured >= 0 ? configured : kNoStraggler);
-      exec->run(planner->plan(rank, choice, numel, elem, /*ordered_recvs=*/false), spec, data,
+      const PlanChoice choice = planner->choose(numel * elem, planner->straggler().rank);
+      exec->run(*planner->plan(rank, choice, numel, elem, /*ordered_recvs=*/false), spec, data,
                 stream, task.timeout);
     }
     if (task.op.average) gpu::divide(task.dtype, data, numel, size, stream);
@@ -530,22 +498,12 @@ void CudaAllreduce::Impl::poller_loop() {
 }
 
 void CudaAllreduce::Impl::stop(const std::string& why, bool abort_p2p) {
-  std::deque<Task> orphans;
-  {
-    std::lock_guard<std::mutex> lock(mu);
-    stopping = true;
-    orphans.swap(queue);
-  }
-  cv.notify_all();
+  stopping.store(true);
   gpu::GpuP2P* p = p2p_ptr.load();
-  if (p != nullptr && (abort_p2p || running.load())) {
+  if (p != nullptr && (abort_p2p || (worker && worker->busy()))) {
     p->abort(prefix() + ": " + why + (abort_p2p ? "" : " while a CUDA all_reduce was running"));
   }
-  for (auto& task : orphans) {
-    failed.fetch_add(1);
-    task.work->mark_failed(dist_error(task.work->where() + ": did not run: " + why));
-  }
-  if (worker.joinable() && worker.get_id() != std::this_thread::get_id()) worker.join();
+  if (worker) worker->stop(/*drain=*/false, why);
   {
     std::lock_guard<std::mutex> lock(fl_mu);
     poller_stop = true;
@@ -594,10 +552,7 @@ c10::intrusive_ptr<c10d::Work> CudaAllreduce::allreduce(const at::Tensor& t,
   s.ensure_setup(dev);
   TORCH_CHECK(dev == s.device, s.prefix(), ": all_reduce: this process group runs CUDA "
               "all_reduce on cuda:", s.device, ", got a tensor on cuda:", dev);
-  {
-    std::lock_guard<std::mutex> lock(s.mu);
-    if (s.stopping) throw_dist(s.prefix() + ": all_reduce on a process group that was shut down");
-  }
+  if (s.stopping.load()) throw_dist(s.prefix() + ": all_reduce on a process group that was shut down");
   if (auto* p = s.p2p_ptr.load()) {
     if (auto reason = p->async_error()) {
       throw_dist(s.where(s.next_seq) + ": the process group was aborted earlier and cannot be "
@@ -639,11 +594,9 @@ c10::intrusive_ptr<c10d::Work> CudaAllreduce::allreduce(const at::Tensor& t,
   }
   task.work = c10::make_intrusive<CudaWork>(s.rank, dev, s.where(task.seq), t, task.done);
   auto work = task.work;
-  {
-    std::lock_guard<std::mutex> lock(s.mu);
-    s.queue.push_back(std::move(task));
+  if (!s.worker->submit(s.job_for(std::make_shared<Task>(std::move(task))))) {
+    throw_dist(s.prefix() + ": all_reduce on a process group that was shut down");
   }
-  s.cv.notify_one();
   return work;
 }
 

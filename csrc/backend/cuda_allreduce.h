@@ -50,16 +50,12 @@
 namespace stragg {
 
 struct CudaAllreduceConfig {
-  PlannerConfig planner;  // the backend's (STRAGG_ALGO / STRAGG_STRAGGLER)
+  PlannerConfig planner;  // the group's (STRAGG_ALGO / STRAGG_STRAGGLER)
   bool same_host = true;  // every rank on one host: CUDA IPC, else NCCL
   std::chrono::milliseconds timeout{300000};  // process-group timeout (setup; calls' default)
   size_t ipc_slot_bytes = size_t{1} << 20;    // CUDA-IPC staging (must be equal on all ranks)
   int ipc_slots = 4;
 };
-
-// "stragg" or "nccl": `configured` if not empty, else $STRAGG_CUDA_ALLREDUCE, else "stragg".
-// Throws c10::Error on any other value.
-std::string resolve_cuda_allreduce_mode(const std::string& configured, int rank);
 
 class CudaAllreduce {
  public:

@@ -1,4 +1,4 @@
-// The Work object stragg returns for collectives it runs itself.
+// The Work object stragg returns for the collectives its session runs.
 #pragma once
 
 #include <ATen/core/ivalue.h>
@@ -9,14 +9,15 @@
 
 namespace stragg {
 
-// Completed by the backend's worker thread. wait() blocks until then and rethrows the error;
+// Completed by the session's worker thread. wait() blocks until then and rethrows the error;
 // getFuture() returns a future whose value is the list of output tensors (what DDP comm hooks and
-// torch.futures expect), or which carries the error.
+// torch.futures expect), or which carries the error. The input tensors are recorded for the
+// profiler (record_shapes), like Gloo's works.
 class StraggWork final : public c10d::Work {
  public:
   StraggWork(int rank, c10d::OpType type, const char* profiling_title,
              std::vector<at::Tensor> outputs)
-      : c10d::Work(rank, type, profiling_title),
+      : c10d::Work(rank, type, profiling_title, outputs),
         outputs_(std::move(outputs)),
         future_(c10::make_intrusive<c10::ivalue::Future>(
             c10::ListType::create(c10::TensorType::get()))) {}
@@ -24,7 +25,7 @@ class StraggWork final : public c10d::Work {
   std::vector<at::Tensor> result() override { return outputs_; }
   c10::intrusive_ptr<c10::ivalue::Future> getFuture() override { return future_; }
 
-  // Called once by the worker thread.
+  // Called once, by the worker thread (or by the thread that cancels the call).
   void complete(std::exception_ptr error) {
     if (error) {
       future_->setError(error);

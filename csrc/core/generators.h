@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "core/algorithm.h"
 #include "core/ir.h"
 
 namespace stragg {
@@ -67,6 +68,18 @@ Schedule short_circuit(int n, double nbytes, double alpha, double beta, double h
                        double reconfig_delay, int tau_rs = -2, int tau_ag = -2);
 
 // ---- registry.cc
+// Typed parameters of the all_reduce generators (what the planner passes; the JSON form below is
+// parsed into the same struct).
+struct BuildParams {
+  std::vector<int> stragglers;    // empty: none (straggler-aware algorithms take rank n-1)
+  std::vector<double> slowdowns;  // OptCC: per straggler (or one for all); empty: 2
+  int segments = 8;               // OptCC: k pipelined segments
+  bool bubble_fill = true;        // OptCC: App. C bubble filling for slowdown < 2
+  std::string order = "s3_first";
+};
+// Builds the all_reduce schedule of `algo` (not Algorithm::Auto) for n ranks. Throws
+// ScheduleError for bad parameters.
+Schedule build(Algorithm algo, int n, const BuildParams& params);
 // Builds a schedule by name. params_json is a JSON object of generator parameters, e.g.
 // {"straggler": 3} or {"stragglers": [0], "slowdown": 2.0, "segments": 16}. Unknown algorithm
 // names and unknown parameters raise ScheduleError.

@@ -31,47 +31,57 @@ Schedule tagged(Schedule s, const json& p) {
   return s;
 }
 
+// Typed parameters of an all_reduce generator from its JSON form ("straggler" or "stragglers",
+// "slowdown" or "slowdowns", "segments", "bubble_fill", "order").
+BuildParams params_from_json(const json& p) {
+  BuildParams b;
+  if (p.contains("stragglers")) b.stragglers = p.at("stragglers").get<std::vector<int>>();
+  if (p.contains("straggler")) {
+    if (p.contains("stragglers"))
+      throw ScheduleError("optcc: give either straggler or stragglers, not both");
+    const int st = p.at("straggler").get<int>();
+    if (st >= 0) b.stragglers = {st};
+  }
+  if (p.contains("slowdowns")) b.slowdowns = p.at("slowdowns").get<std::vector<double>>();
+  if (p.contains("slowdown")) {
+    if (p.contains("slowdowns"))
+      throw ScheduleError("optcc: give either slowdown or slowdowns, not both");
+    b.slowdowns = {p.at("slowdown").get<double>()};
+  }
+  b.segments = p.value("segments", b.segments);
+  b.bubble_fill = p.value("bubble_fill", b.bubble_fill);
+  b.order = p.value("order", b.order);
+  return b;
+}
+
+Entry all_reduce_entry(Algorithm a, std::set<std::string> params) {
+  return {std::move(params),
+          [a](int n, const json& p) { return build(a, n, params_from_json(p)); }};
+}
+
 const std::map<std::string, Entry>& registry() {
+  static const std::set<std::string> kStraggler = {"straggler"};
   static const std::map<std::string, Entry> r = {
-      {"ring", {{"straggler"}, [](int n, const json& p) { return tagged(ring_allreduce(n), p); }}},
+      {"ring", all_reduce_entry(Algorithm::Ring, kStraggler)},
       {"ring_reduce_scatter",
-       {{"straggler"}, [](int n, const json& p) { return tagged(ring_reduce_scatter(n), p); }}},
+       {kStraggler, [](int n, const json& p) { return tagged(ring_reduce_scatter(n), p); }}},
       {"ring_allgather",
-       {{"straggler"}, [](int n, const json& p) { return tagged(ring_allgather(n), p); }}},
-      {"rhd", {{"straggler"}, [](int n, const json& p) { return tagged(rhd_allreduce(n), p); }}},
+       {kStraggler, [](int n, const json& p) { return tagged(ring_allgather(n), p); }}},
+      {"rhd", all_reduce_entry(Algorithm::Rhd, kStraggler)},
       {"rhd_reduce_scatter",
-       {{"straggler"}, [](int n, const json& p) { return tagged(rhd_reduce_scatter(n), p); }}},
+       {kStraggler, [](int n, const json& p) { return tagged(rhd_reduce_scatter(n), p); }}},
       {"rhd_allgather",
-       {{"straggler"}, [](int n, const json& p) { return tagged(rhd_allgather(n), p); }}},
-      {"direct", {{"straggler"}, [](int n, const json& p) { return tagged(direct_allreduce(n), p); }}},
+       {kStraggler, [](int n, const json& p) { return tagged(rhd_allgather(n), p); }}},
+      {"direct", all_reduce_entry(Algorithm::Direct, kStraggler)},
       {"direct_reduce_scatter",
-       {{"straggler"}, [](int n, const json& p) { return tagged(direct_reduce_scatter(n), p); }}},
+       {kStraggler, [](int n, const json& p) { return tagged(direct_reduce_scatter(n), p); }}},
       {"direct_allgather",
-       {{"straggler"}, [](int n, const json& p) { return tagged(direct_allgather(n), p); }}},
-      {"stragglar",
-       {{"straggler"}, [](int n, const json& p) { return stragglar(n, straggler_param(p)); }}},
-      {"bcast", {{"straggler"}, [](int n, const json& p) { return bcast(n, straggler_param(p)); }}},
-      {"optcc",
-       {{"straggler", "stragglers", "slowdown", "slowdowns", "segments", "bubble_fill", "order"},
-        [](int n, const json& p) {
-          OptccOptions o;
-          if (p.contains("stragglers")) o.stragglers = p.at("stragglers").get<std::vector<int>>();
-          if (p.contains("straggler")) {
-            if (p.contains("stragglers"))
-              throw ScheduleError("optcc: give either straggler or stragglers, not both");
-            o.stragglers = {p.at("straggler").get<int>()};
-          }
-          if (p.contains("slowdowns")) o.slowdowns = p.at("slowdowns").get<std::vector<double>>();
-          if (p.contains("slowdown")) {
-            if (p.contains("slowdowns"))
-              throw ScheduleError("optcc: give either slowdown or slowdowns, not both");
-            o.slowdowns = {p.at("slowdown").get<double>()};
-          }
-          o.segments = p.value("segments", o.segments);
-          o.bubble_fill = p.value("bubble_fill", o.bubble_fill);
-          o.order = p.value("order", o.order);
-          return optcc(n, o);
-        }}},
+       {kStraggler, [](int n, const json& p) { return tagged(direct_allgather(n), p); }}},
+      {"stragglar", all_reduce_entry(Algorithm::Stragglar, kStraggler)},
+      {"bcast", all_reduce_entry(Algorithm::Bcast, kStraggler)},
+      {"optcc", all_reduce_entry(Algorithm::Optcc, {"straggler", "stragglers", "slowdown",
+                                                    "slowdowns", "segments", "bubble_fill",
+                                                    "order"})},
       {"short_circuit",
        {{"nbytes", "alpha", "beta", "hop_delay", "reconfig_delay", "tau_rs", "tau_ag"},
         [](int n, const json& p) {
@@ -84,7 +94,57 @@ const std::map<std::string, Entry>& registry() {
   return r;
 }
 
+Schedule tag_straggler(Schedule s, const BuildParams& p) {
+  if (p.stragglers.size() > 1) {
+    throw ScheduleError(std::string(s.algorithm) + ": takes at most one straggler");
+  }
+  if (!p.stragglers.empty()) {
+    const int st = p.stragglers[0];
+    if (st < 0 || st >= s.n) {
+      throw ScheduleError("straggler rank " + std::to_string(st) + " out of range");
+    }
+    s.stragglers = {st};
+  }
+  return s;
+}
+
+int single_straggler(Algorithm a, const BuildParams& p) {
+  if (p.stragglers.size() > 1) {
+    throw ScheduleError(std::string(algorithm_name(a)) + ": takes one straggler, got " +
+                        std::to_string(p.stragglers.size()));
+  }
+  return p.stragglers.empty() ? -1 : p.stragglers[0];
+}
+
 }  // namespace
+
+Schedule build(Algorithm algo, int n, const BuildParams& p) {
+  switch (algo) {
+    case Algorithm::Ring:
+      return tag_straggler(ring_allreduce(n), p);
+    case Algorithm::Rhd:
+      return tag_straggler(rhd_allreduce(n), p);
+    case Algorithm::Direct:
+      return tag_straggler(direct_allreduce(n), p);
+    case Algorithm::Stragglar:
+      return stragglar(n, single_straggler(algo, p));
+    case Algorithm::Bcast:
+      return bcast(n, single_straggler(algo, p));
+    case Algorithm::Optcc: {
+      OptccOptions o;
+      o.stragglers = p.stragglers;
+      o.slowdowns = p.slowdowns;
+      o.segments = p.segments;
+      o.bubble_fill = p.bubble_fill;
+      o.order = p.order;
+      return optcc(n, o);
+    }
+    case Algorithm::Auto:
+      break;
+  }
+  throw ScheduleError(std::string("build: '") + algorithm_name(algo) +
+                      "' is not a schedule (the planner resolves it per call)");
+}
 
 std::vector<std::string> algorithm_names() {
   std::vector<std::string> names;

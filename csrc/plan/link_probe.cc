@@ -50,7 +50,7 @@ RankPlan link_probe_plan(int n, int rank, int round, int messages, size_t elems,
     throw Error("stragg: link_probe_plan: messages must be >= 1, got " + std::to_string(messages));
   if (elems < 1) throw Error("stragg: link_probe_plan: elems must be >= 1, got 0");
   RankPlan plan;
-  plan.algo = Algo::Schedule;
+  plan.tag = kLinkProbeTag;
   const int peer = probe_partner(n, round, rank);
   if (peer < 0) return plan;
   const size_t m = static_cast<size_t>(messages);

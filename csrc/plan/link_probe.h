@@ -30,7 +30,7 @@ int probe_partner(int n, int round, int rank);
 // [0, messages*elems), receives write [messages*elems, 2*messages*elems) (no overlap). Empty plan
 // (no steps) for an idle rank. Step ids are unique within the plan and the same on both
 // partners (many: 0..messages-1; one: messages, so partners that disagree on `many` notice).
-// Algo::Schedule. Throws stragg::Error for messages < 1, elems < 1 or a bad round/rank.
+// Tagged kLinkProbeTag. Throws stragg::Error for messages < 1, elems < 1 or a bad round/rank.
 RankPlan link_probe_plan(int n, int rank, int round, int messages, size_t elems, bool many);
 
 // Smallest values estimate_link returns (the link's latency / time per byte are never zero).

@@ -74,7 +74,7 @@ RankPlan lower_schedule(const core::Schedule& s, int rank, size_t numel, size_t 
                 std::to_string(s.n) + " ranks");
   }
   RankPlan plan;
-  plan.algo = Algo::Schedule;
+  if (auto a = algorithm_from_name(s.algorithm)) plan.tag = plan_tag(*a);
   const auto program = s.rank_program(rank);
   const auto rounds = rounds_of(program);
   int num_rounds = 0;

@@ -1,63 +1,61 @@
 #include "plan/planner.h"
 
 #include <algorithm>
-#include <sstream>
 
 #include "core/generators.h"
 #include "core/simulator.h"
 #include "core/verifier.h"
 #include "plan/lower.h"
 #include "runtime/error.h"
-#include "runtime/ring_plan.h"
 
 namespace stragg {
 namespace {
 
-bool needs_straggler(const std::string& algo) {
-  return algo == "stragglar" || algo == "bcast" || algo == "optcc";
-}
-
-// Candidates of "auto" without a straggler. Direct is not one: the flat alpha-beta model charges
+// Candidates of Auto without a straggler. Direct is not one: the flat alpha-beta model charges
 // its n-1 concurrent messages a single alpha, which overstates it wherever the messages of one
 // round are serialised (shared memory on a few cores: measured slower than RHD at 4 KiB).
-const std::vector<std::string>& auto_candidates() {
-  static const std::vector<std::string> c = {"ring", "rhd"};
-  return c;
-}
+constexpr Algorithm kAutoCandidates[] = {Algorithm::Ring, Algorithm::Rhd};
 
 constexpr size_t kAutoChoiceCacheLimit = 4096;
+constexpr size_t kPlanCacheLimit = 64;
+
+void check_link(const LinkModel& l) {
+  if (!(l.alpha_s >= 0) || !(l.beta_s_per_byte >= 0)) {
+    throw Error("stragg: the cost model needs alpha >= 0 and beta >= 0");
+  }
+}
 
 }  // namespace
 
-const std::vector<std::string>& planner_algorithms() {
-  static const std::vector<std::string> names = {"auto",   "ring",      "rhd",  "direct",
-                                                 "bcast", "stragglar", "optcc"};
-  return names;
+PlannerConfig PlannerConfig::from(const Settings& s) {
+  PlannerConfig c;
+  c.algo = s.algo;
+  c.straggler = s.straggler;
+  c.slowdowns = s.slowdowns;
+  c.link = s.link_model();
+  return c;
 }
 
 Planner::Planner(int n, PlannerConfig config) : n_(n), config_(std::move(config)) {
-  const auto& names = planner_algorithms();
-  if (std::find(names.begin(), names.end(), config_.algo) == names.end()) {
-    std::string all;
-    for (const auto& a : names) all += (all.empty() ? "" : ", ") + a;
-    throw Error("stragg: unknown STRAGG_ALGO '" + config_.algo + "' (expected one of " + all + ")");
-  }
-  if (config_.straggler >= n_ || config_.straggler < kProfiledStraggler) {
-    throw Error("stragg: STRAGG_STRAGGLER=" + std::to_string(config_.straggler) +
+  Straggler& st = config_.straggler;
+  if (st.is_rank() && (st.rank < 0 || st.rank >= n_)) {
+    throw Error("stragg: STRAGG_STRAGGLER=" + std::to_string(st.rank) +
                 " is not a rank of this group of " + std::to_string(n_));
   }
-  if (!(config_.alpha_s >= 0) || !(config_.beta_s_per_byte >= 0)) {
-    throw Error("stragg: the cost model needs alpha >= 0 and beta >= 0");
+  for (const Slowdown& s : config_.slowdowns) {
+    if (s.rank < 0 || s.rank >= n_) {
+      throw Error("stragg: STRAGG_SLOWDOWN names rank " + std::to_string(s.rank) +
+                  ", which is not a rank of this group of " + std::to_string(n_));
+    }
   }
-  if (config_.straggler == kDynamicStraggler && config_.algo != "auto" &&
-      config_.algo != "stragglar") {
-    throw Error("stragg: STRAGG_STRAGGLER=dynamic works with STRAGG_ALGO=auto or stragglar, not '" +
-                config_.algo + "'");
+  check_link(config_.link);
+  if (dynamic() && config_.algo != Algorithm::Auto && config_.algo != Algorithm::Stragglar) {
+    throw Error(std::string("stragg: STRAGG_STRAGGLER=dynamic works with STRAGG_ALGO=auto or "
+                            "stragglar, not '") +
+                algorithm_name(config_.algo) + "'");
   }
-  // The profiler only steers "auto"; with an explicit algorithm it just observes.
-  if (config_.straggler == kProfiledStraggler && config_.algo != "auto") {
-    config_.straggler = kNoStraggler;
-  }
+  // The profiler only steers Auto; with an explicit algorithm it just observes.
+  if (profiled() && config_.algo != Algorithm::Auto) st = Straggler::none();
   stragglar_ok_ = n_ >= 3 && core::stragglar_builds_fast(n_);
   if (n_ >= 3 && !stragglar_ok_) {
     notes_.push_back("no fast StragglAR schedule for " + std::to_string(n_) +
@@ -66,54 +64,59 @@ Planner::Planner(int n, PlannerConfig config) : n_(n), config_(std::move(config)
   }
   algorithm_ = config_.algo;
   if (n_ <= 1) {
-    algorithm_ = "ring";
+    algorithm_ = Algorithm::Ring;
     return;
   }
-  if (algorithm_ == "auto") {
-    const bool has_straggler = config_.straggler != kNoStraggler;
+  if (algorithm_ == Algorithm::Auto) {
+    const bool has_straggler = st.kind != Straggler::Kind::None;
     if (has_straggler && n_ <= 2) {
       notes_.push_back("StragglAR needs at least 3 ranks; this group of " + std::to_string(n_) +
                        " runs the cost model's choice without a straggler");
-    } else if (config_.straggler >= 0 && stragglar_ok_) {
-      algorithm_ = "stragglar";
+    } else if (st.is_rank() && stragglar_ok_) {
+      algorithm_ = Algorithm::Stragglar;
     }
   }
-  if (algorithm_ == "stragglar" && !stragglar_ok_) {
+  if (algorithm_ == Algorithm::Stragglar && !stragglar_ok_) {
     notes_.push_back(n_ <= 2 ? "StragglAR needs at least 3 ranks: Ring runs instead"
                              : "StragglAR falls back to Ring for this group size");
-    algorithm_ = "ring";
+    algorithm_ = Algorithm::Ring;
   }
-  if (algorithm_ == "auto" || algorithm_ == "ring") return;
-  if (needs_straggler(algorithm_) && config_.straggler < 0 && !dynamic()) {
-    config_.straggler = n_ - 1;
+  if (algorithm_ == Algorithm::Auto) return;
+  if (algorithm_needs_straggler(algorithm_) && !st.is_rank() && !dynamic()) {
+    st = Straggler::of_rank(algorithm_ == Algorithm::Optcc && !config_.slowdowns.empty()
+                                ? config_.slowdowns.front().rank
+                                : n_ - 1);
   }
   // Build (and verify) the fixed schedule now so a bad configuration fails at setup.
-  schedule_for(algorithm_, dynamic() ? n_ - 1 : config_.straggler);
+  schedule_for(algorithm_, dynamic() ? n_ - 1 : st.rank);
 }
 
-std::shared_ptr<const core::Schedule> Planner::schedule_for(const std::string& algorithm,
+std::shared_ptr<const core::Schedule> Planner::schedule_for(Algorithm algorithm,
                                                             int straggler) const {
-  const int s = needs_straggler(algorithm) ? straggler : kNoStraggler;
+  const int s = algorithm_needs_straggler(algorithm) ? straggler : -1;
   {
     std::lock_guard<std::mutex> lock(mu_);
     auto it = schedules_.find({algorithm, s});
     if (it != schedules_.end()) return it->second;
   }
-  std::ostringstream params;
-  params << "{";
-  if (s >= 0) {
-    params << "\"straggler\": " << s;
-    if (algorithm == "optcc") params << ", \"slowdown\": " << config_.slowdown;
+  core::BuildParams params;
+  if (algorithm == Algorithm::Optcc && !config_.slowdowns.empty()) {
+    for (const Slowdown& d : config_.slowdowns) {
+      params.stragglers.push_back(d.rank);
+      params.slowdowns.push_back(d.factor);
+    }
+  } else if (s >= 0) {
+    params.stragglers = {s};
+    if (algorithm == Algorithm::Optcc) params.slowdowns = {2.0};
   }
-  params << "}";
   std::shared_ptr<const core::Schedule> built;
   try {
-    auto sched = std::make_shared<core::Schedule>(core::build(algorithm, n_, params.str()));
+    auto sched = std::make_shared<core::Schedule>(core::build(algorithm, n_, params));
     core::verify_or_throw(*sched);
     built = std::move(sched);
   } catch (const std::exception& e) {
-    throw Error("stragg: cannot build the '" + algorithm + "' schedule for " + std::to_string(n_) +
-                " ranks: " + e.what());
+    throw Error(std::string("stragg: cannot build the '") + algorithm_name(algorithm) +
+                "' schedule for " + std::to_string(n_) + " ranks: " + e.what());
   }
   std::lock_guard<std::mutex> lock(mu_);
   auto& slot = schedules_[{algorithm, s}];
@@ -121,40 +124,39 @@ std::shared_ptr<const core::Schedule> Planner::schedule_for(const std::string& a
   return slot;
 }
 
-void Planner::set_link_model(double alpha_s, double beta_s_per_byte) {
-  if (!(alpha_s >= 0) || !(beta_s_per_byte >= 0)) {
-    throw Error("stragg: the cost model needs alpha >= 0 and beta >= 0");
-  }
+void Planner::set_link_model(const LinkModel& link) {
+  check_link(link);
   std::lock_guard<std::mutex> lock(mu_);
-  config_.alpha_s = alpha_s;
-  config_.beta_s_per_byte = beta_s_per_byte;
+  config_.link = link;
   auto_choice_.clear();
 }
 
-double Planner::predict(const std::string& algorithm, size_t bytes) const {
+LinkModel Planner::link_model() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return config_.link;
+}
+
+double Planner::predict(Algorithm algorithm, size_t bytes) const {
   if (n_ <= 1) return 0.0;
   auto s = schedule_for(algorithm, n_ - 1);
   core::SimOptions opt;
   opt.nbytes = static_cast<double>(bytes);
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    opt.alpha = config_.alpha_s;
-    opt.beta = config_.beta_s_per_byte;
-  }
+  const LinkModel link = link_model();
+  opt.alpha = link.alpha_s;
+  opt.beta = link.beta_s_per_byte;
   return core::simulate(*s, opt).time;
 }
 
-std::string Planner::auto_base(size_t bytes) const {
+Algorithm Planner::auto_base(size_t bytes) const {
   {
     std::lock_guard<std::mutex> lock(mu_);
     auto it = auto_choice_.find(bytes);
     if (it != auto_choice_.end()) return it->second;
   }
-  const double ring = predict("ring", bytes);
-  std::string best = "ring";
-  double best_time = ring * (1.0 - config_.switch_margin);
-  for (const auto& algo : auto_candidates()) {
-    if (algo == "ring") continue;
+  Algorithm best = Algorithm::Ring;
+  double best_time = predict(Algorithm::Ring, bytes) * (1.0 - config_.switch_margin);
+  for (Algorithm algo : kAutoCandidates) {
+    if (algo == Algorithm::Ring) continue;
     const double t = predict(algo, bytes);
     if (t < best_time) {
       best = algo;
@@ -169,13 +171,10 @@ std::string Planner::auto_base(size_t bytes) const {
 
 PlanChoice Planner::choose(size_t bytes, int call_straggler) const {
   PlanChoice c;
-  if (n_ <= 1) {
-    c.algorithm = "ring";
-    return c;
-  }
-  if (config_.algo == "auto") {
+  if (n_ <= 1) return c;
+  if (config_.algo == Algorithm::Auto) {
     if (call_straggler >= 0 && call_straggler < n_ && stragglar_ok_) {
-      c.algorithm = "stragglar";
+      c.algorithm = Algorithm::Stragglar;
       c.straggler = call_straggler;
     } else {
       c.algorithm = auto_base(bytes);
@@ -188,19 +187,60 @@ PlanChoice Planner::choose(size_t bytes, int call_straggler) const {
     if (call_straggler >= 0 && stragglar_ok_) {
       c.straggler = call_straggler;
     } else {
-      c.algorithm = "ring";
+      c.algorithm = Algorithm::Ring;
     }
     return c;
   }
-  if (needs_straggler(c.algorithm)) c.straggler = config_.straggler;
+  if (algorithm_needs_straggler(c.algorithm)) c.straggler = config_.straggler.rank;
   return c;
 }
 
-RankPlan Planner::plan(int rank, const PlanChoice& choice, size_t numel, size_t elem_size,
-                       bool ordered_recvs) const {
-  if (choice.algorithm == "ring" || n_ <= 1) return ring_allreduce_plan(rank, n_, numel);
-  auto s = schedule_for(choice.algorithm, choice.straggler);
-  return lower_schedule(*s, rank, numel, elem_size, config_.max_staging_bytes, ordered_recvs);
+std::shared_ptr<const RankPlan> Planner::plan(int rank, const PlanChoice& choice, size_t numel,
+                                              size_t elem_size, bool ordered_recvs) const {
+  const Algorithm algo = n_ <= 1 ? Algorithm::Ring : choice.algorithm;
+  const PlanKey key{algo, choice.straggler, rank, numel, elem_size, ordered_recvs};
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto it = plans_.begin(); it != plans_.end(); ++it) {
+      if (it->first == key) {
+        plans_.splice(plans_.begin(), plans_, it);  // most recently used first
+        return plans_.front().second;
+      }
+    }
+  }
+  std::shared_ptr<const RankPlan> lowered;
+  if (n_ <= 1) {
+    lowered = std::make_shared<const RankPlan>();
+  } else {
+    auto s = schedule_for(algo, choice.straggler);
+    lowered = std::make_shared<const RankPlan>(
+        lower_schedule(*s, rank, numel, elem_size, config_.max_staging_bytes, ordered_recvs));
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  plans_.emplace_front(key, lowered);
+  if (plans_.size() > kPlanCacheLimit) plans_.pop_back();
+  return lowered;
+}
+
+std::shared_ptr<const RankPlan> ring_allreduce_plan(int rank, int n, size_t numel) {
+  if (n <= 1) return std::make_shared<const RankPlan>();
+  // One Planner per group size (Ring needs no cost model): its caches hold the schedule and the
+  // lowered plans of the internal collectives' few sizes.
+  static std::mutex mu;
+  static std::map<int, std::unique_ptr<Planner>> planners;
+  Planner* p = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    auto& slot = planners[n];
+    if (!slot) {
+      PlannerConfig c;
+      c.algo = Algorithm::Ring;
+      slot = std::make_unique<Planner>(n, c);
+    }
+    p = slot.get();
+  }
+  PlanChoice ring;
+  return p->plan(rank, ring, numel, 1);
 }
 
 }  // namespace stragg

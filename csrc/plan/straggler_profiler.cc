@@ -130,7 +130,7 @@ bool StragglerProfiler::add_batch(const std::vector<double>& durations, int k,
         if (r != last) second = std::min(second, durations[static_cast<size_t>(r) * ku + i]);
       delay = second - durations[static_cast<size_t>(last) * ku + i];
     }
-    CallRecord rec;
+    CallSample rec;
     rec.delay_s = delay;
     rec.bytes = bytes[i];
     rec.last = (n_ >= 2 && delay >= settings_.noise_floor_s) ? last : -1;

@@ -46,13 +46,10 @@
 #include <string>
 #include <vector>
 
+#include "plan/link_model.h"
+
 namespace stragg {
 
-// alpha-beta model of one link: a message of m bytes takes alpha_s + m * beta_s_per_byte.
-struct LinkModel {
-  double alpha_s = 50e-6;
-  double beta_s_per_byte = 1.0 / 2e9;
-};
 
 struct ProfilerSettings {
   bool enabled = true;
@@ -128,7 +125,7 @@ class StragglerProfiler {
   void reset_decision(const std::string& reason);
 
  private:
-  struct CallRecord {
+  struct CallSample {
     int last = -1;  // -1: insignificant
     double delay_s = 0;
     int64_t bytes = 0;
@@ -150,8 +147,8 @@ class StragglerProfiler {
   ProfilerSettings settings_;
   int straggler_ = -1;
 
-  std::deque<CallRecord> window_;
-  std::deque<CallRecord> recent_;
+  std::deque<CallSample> window_;
+  std::deque<CallSample> recent_;
   std::vector<int64_t> last_counts_;
   uint64_t calls_ = 0;
   uint64_t exchanges_ = 0;

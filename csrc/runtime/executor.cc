@@ -24,9 +24,9 @@ std::string prefix(int rank, const CollectiveSpec& spec) {
 // then reduces or copies the payload into the rank's buffer.
 class StepSink final : public RecvSink {
  public:
-  StepSink(int rank, const CollectiveSpec& spec, Algo algo, uint32_t step, const PlanOp& op,
+  StepSink(int rank, const CollectiveSpec& spec, uint8_t tag, uint32_t step, const PlanOp& op,
            uint8_t* buf)
-      : rank_(rank), spec_(spec), algo_(algo), step_(step), op_(op), buf_(buf) {
+      : rank_(rank), spec_(spec), tag_(tag), step_(step), op_(op), buf_(buf) {
     // Not zero-filled: every byte is written by on_data before apply_staged reads it.
     if (op_.staged) staging_.reset(new uint8_t[op_.count * dtype_size(spec_.dtype)]);
   }
@@ -73,7 +73,7 @@ class StepSink final : public RecvSink {
                     : "?",
           reduce_op_name(spec_.op));
     if (diffs.empty()) {
-      field("algorithm", std::to_string(h.algo), std::to_string(static_cast<int>(algo_)));
+      field("algorithm", plan_tag_name(h.algo), plan_tag_name(tag_));
       field("step", std::to_string(h.step), std::to_string(step_));
       field("message bytes", std::to_string(h.payload_bytes), std::to_string(op_.count * elem));
       field("sender", std::to_string(h.sender), std::to_string(peer));
@@ -103,7 +103,7 @@ class StepSink final : public RecvSink {
  private:
   int rank_;
   const CollectiveSpec& spec_;
-  Algo algo_;
+  uint8_t tag_;
   uint32_t step_;
   PlanOp op_;
   uint8_t* buf_;
@@ -119,149 +119,198 @@ bool earlier_op_pending(const std::vector<Op>& ops, size_t i) {
   return false;
 }
 
+// What a rank checks while it waits and nothing moves: another rank's abort, peers that died,
+// the deadline. Shared by run() and agree_on_straggler(), so there is one abort path; the
+// caller's catch signals the abort to the peers.
+class Stall {
+ public:
+  Stall(Transport& t, const CollectiveSpec& spec, Clock::time_point start,
+        std::chrono::milliseconds timeout)
+      : t_(t), spec_(spec), deadline_(start + timeout), timeout_(timeout), last_health_(start) {}
+
+  Clock::time_point deadline() const { return deadline_; }
+
+  // Throws if the group was aborted, a peer in `awaited` died, or the deadline passed;
+  // `doing` says what this rank waits for ("in step 3", "for arrivals").
+  void check(Clock::time_point now, const std::vector<int>& awaited, const std::string& doing) {
+    const int rank = t_.rank();
+    if (auto reason = t_.abort_reason()) throw Error(prefix(rank, spec_) + ": aborted: " + *reason);
+    if (now - last_health_ >= std::chrono::milliseconds(100)) {
+      last_health_ = now;
+      std::vector<int> dead;
+      for (int q : t_.dead_peers()) {
+        // Only peers still owed something matter: a rank that finished its part and exited is
+        // not an error for ranks still completing theirs.
+        if (std::find(awaited.begin(), awaited.end(), q) != awaited.end()) dead.push_back(q);
+      }
+      if (!dead.empty()) {
+        std::ostringstream m;
+        m << prefix(rank, spec_) << ": rank" << (dead.size() > 1 ? "s " : " ") << join(dead)
+          << (dead.size() > 1 ? " have" : " has") << " died (process or connection gone)";
+        throw TimeoutError(m.str());
+      }
+    }
+    if (now < deadline_) return;
+    std::vector<int> missing;
+    for (int q = 0; q < t_.size(); ++q) {
+      if (q != rank && t_.peer_arrival(q) < static_cast<int64_t>(spec_.seq)) missing.push_back(q);
+    }
+    std::ostringstream m;
+    m << prefix(rank, spec_) << ": timed out after " << timeout_.count() / 1000.0 << " s";
+    if (!missing.empty()) {
+      for (size_t i = 0; i < missing.size(); ++i) {
+        const int q = missing[i];
+        m << (i ? "; " : ": ") << "rank " << q << " has not called " << spec_.op_name << " #"
+          << spec_.seq;
+        const int64_t last = t_.peer_arrival(q);
+        if (last >= 0) m << " (its last was #" << last << ")";
+      }
+    } else {
+      m << " " << doing << " waiting for rank" << (awaited.size() > 1 ? "s " : " ")
+        << join(awaited);
+    }
+    throw TimeoutError(m.str());
+  }
+
+  static std::string join(const std::vector<int>& ranks) {
+    std::string out;
+    for (size_t i = 0; i < ranks.size(); ++i) out += (i ? ", " : "") + std::to_string(ranks[i]);
+    return out;
+  }
+
+ private:
+  Transport& t_;
+  const CollectiveSpec& spec_;
+  Clock::time_point deadline_;
+  std::chrono::milliseconds timeout_;
+  Clock::time_point last_health_;
+};
+
+void check_not_aborted(Transport& t, const CollectiveSpec& spec) {
+  if (auto reason = t.abort_reason()) {
+    throw Error(prefix(t.rank(), spec) + ": the process group was aborted earlier and cannot be "
+                "used any more: " + *reason);
+  }
+}
+
+// The sends and receives of one plan step in flight, with their sinks.
+struct StepOps {
+  std::vector<SendOp> sends;
+  std::vector<RecvOp> recvs;
+  std::vector<std::unique_ptr<StepSink>> sinks;
+
+  // Peers this rank still sends to or receives from, sorted, each once.
+  std::vector<int> awaited() const {
+    std::vector<int> out;
+    for (const auto& r : recvs)
+      if (!r.done) out.push_back(r.peer);
+    for (const auto& x : sends)
+      if (!x.done) out.push_back(x.peer);
+    std::sort(out.begin(), out.end());
+    out.erase(std::unique(out.begin(), out.end()), out.end());
+    return out;
+  }
+};
+
+}  // namespace
+
+namespace {
+
+// Posts the sends and receives of `step` (headers filled, sinks created).
+StepOps post_step(const PlanStep& step, const RankPlan& plan, const CollectiveSpec& spec, int rank,
+                  uint8_t* bytes, bool limits, ExecutorStats& stats) {
+  const size_t elem = dtype_size(spec.dtype);
+  StepOps ops;
+  ops.sends.resize(step.sends.size());
+  ops.recvs.resize(step.recvs.size());
+  for (size_t i = 0; i < step.sends.size(); ++i) {
+    const PlanOp& p = step.sends[i];
+    SendOp& s = ops.sends[i];
+    s.peer = p.peer;
+    s.data = bytes + p.offset * elem;
+    s.header.coll_seq = spec.seq;
+    s.header.payload_bytes = p.count * elem;
+    s.header.numel = spec.numel;
+    s.header.step = step.id;
+    s.header.sender = static_cast<uint32_t>(rank);
+    s.header.dtype = static_cast<uint8_t>(spec.dtype);
+    s.header.op = static_cast<uint8_t>(spec.op);
+    s.header.algo = plan.tag;
+    stats.bytes_sent += p.count * elem;
+  }
+  for (size_t i = 0; i < step.recvs.size(); ++i) {
+    PlanOp p = step.recvs[i];
+    // Without RecvOp::limit, a receive overlapping a send of the step must be staged.
+    if (p.follows_send >= 0 && !limits) p.staged = true;
+    ops.sinks.push_back(std::make_unique<StepSink>(rank, spec, plan.tag, step.id, p, bytes));
+    ops.recvs[i].peer = p.peer;
+    ops.recvs[i].sink = ops.sinks.back().get();
+    stats.bytes_received += p.count * elem;
+  }
+  return ops;
+}
+
+// One pass over the step's ops: returns true if anything moved; *all_done when none is left.
+bool progress_step(Transport& t, const PlanStep& step, StepOps& ops, size_t elem, bool limits,
+                   bool* all_done) {
+  bool moved = false;
+  *all_done = true;
+  // Ops to one peer run in list order: only the first unfinished one may progress.
+  for (size_t i = 0; i < ops.sends.size(); ++i) {
+    if (ops.sends[i].done) continue;
+    *all_done = false;
+    if (!earlier_op_pending(ops.sends, i)) moved |= t.progress(ops.sends[i]);
+  }
+  for (size_t i = 0; i < ops.recvs.size(); ++i) {
+    if (ops.recvs[i].done) continue;
+    *all_done = false;
+    const int k = step.recvs[i].follows_send;
+    if (limits && k >= 0) {
+      // Land only bytes the overlapping send has already read (sends read start-of-step data):
+      // y bytes of this receive are safe once send_offset + sent >= recv_offset + y.
+      const SendOp& s = ops.sends[k];
+      const size_t s0 = step.sends[k].offset * elem;
+      const size_t r0 = step.recvs[i].offset * elem;
+      ops.recvs[i].limit = s.done ? static_cast<size_t>(-1) : (s0 + s.sent > r0 ? s0 + s.sent - r0 : 0);
+    }
+    if (!earlier_op_pending(ops.recvs, i)) moved |= t.progress(ops.recvs[i]);
+  }
+  return moved;
+}
+
 }  // namespace
 
 void Executor::run(const RankPlan& plan, const CollectiveSpec& spec, void* buf,
                    std::chrono::milliseconds timeout) {
   const auto start = Clock::now();
-  const auto deadline = start + timeout;
   const int rank = transport_.rank();
   const size_t elem = dtype_size(spec.dtype);
+  const bool limits = transport_.supports_recv_limit();
   auto* bytes = static_cast<uint8_t*>(buf);
-
-  if (auto reason = transport_.abort_reason()) {
-    throw Error(prefix(rank, spec) + ": the process group was aborted earlier and cannot be "
-                "used any more: " + *reason);
-  }
+  check_not_aborted(transport_, spec);
   transport_.announce_arrival(spec.seq);
-
+  Stall stall(transport_, spec, start, timeout);
   try {
     for (size_t step_index = 0; step_index < plan.steps.size(); ++step_index) {
       const PlanStep& step = plan.steps[step_index];
       const auto step_start = Clock::now();
-      const uint32_t step_id = step.id;
-      std::vector<SendOp> sends(step.sends.size());
-      std::vector<RecvOp> recvs(step.recvs.size());
-      std::vector<std::unique_ptr<StepSink>> sinks;
-      for (size_t i = 0; i < step.sends.size(); ++i) {
-        const PlanOp& p = step.sends[i];
-        SendOp& s = sends[i];
-        s.peer = p.peer;
-        s.data = bytes + p.offset * elem;
-        s.header.coll_seq = spec.seq;
-        s.header.payload_bytes = p.count * elem;
-        s.header.numel = spec.numel;
-        s.header.step = step_id;
-        s.header.sender = static_cast<uint32_t>(rank);
-        s.header.dtype = static_cast<uint8_t>(spec.dtype);
-        s.header.op = static_cast<uint8_t>(spec.op);
-        s.header.algo = static_cast<uint8_t>(plan.algo);
-        stats_.bytes_sent += p.count * elem;
-      }
-      const bool limits = transport_.supports_recv_limit();
-      for (size_t i = 0; i < step.recvs.size(); ++i) {
-        PlanOp p = step.recvs[i];
-        // Without RecvOp::limit, a receive overlapping a send of the step must be staged.
-        if (p.follows_send >= 0 && !limits) p.staged = true;
-        sinks.push_back(std::make_unique<StepSink>(rank, spec, plan.algo, step_id, p, bytes));
-        recvs[i].peer = p.peer;
-        recvs[i].sink = sinks.back().get();
-        stats_.bytes_received += p.count * elem;
-      }
-
-      auto last_health_check = Clock::now();
+      StepOps ops = post_step(step, plan, spec, rank, bytes, limits, stats_);
       while (true) {
         const uint64_t token = transport_.activity_token();
-        bool moved = false;
-        bool all_done = true;
-        // Ops to one peer run in list order: only the first unfinished one may progress.
-        for (size_t i = 0; i < sends.size(); ++i) {
-          if (sends[i].done) continue;
-          all_done = false;
-          if (!earlier_op_pending(sends, i)) moved |= transport_.progress(sends[i]);
-        }
-        for (size_t i = 0; i < recvs.size(); ++i) {
-          if (recvs[i].done) continue;
-          all_done = false;
-          const int k = step.recvs[i].follows_send;
-          if (limits && k >= 0) {
-            // Land only bytes the overlapping send has already read (sends read start-of-step
-            // data): y bytes of this receive are safe once send_offset + sent >= recv_offset + y.
-            const SendOp& s = sends[k];
-            const size_t s0 = step.sends[k].offset * elem;
-            const size_t r0 = step.recvs[i].offset * elem;
-            recvs[i].limit = s.done ? static_cast<size_t>(-1)
-                                    : (s0 + s.sent > r0 ? s0 + s.sent - r0 : 0);
-          }
-          if (!earlier_op_pending(recvs, i)) moved |= transport_.progress(recvs[i]);
-        }
-        if (all_done) {
-          for (auto& sink : sinks) sink->apply_staged();
-          if (step.pre_arrival) {
-            stats_.pre_arrival_s += std::chrono::duration<double>(Clock::now() - step_start).count();
-          }
-          break;
-        }
+        bool all_done = false;
+        const bool moved = progress_step(transport_, step, ops, elem, limits, &all_done);
+        if (all_done) break;
         if (moved) continue;
-
-        if (auto reason = transport_.abort_reason()) {
-          throw Error(prefix(rank, spec) + ": aborted: " + *reason);
-        }
         const auto now = Clock::now();
-        if (now - last_health_check >= std::chrono::milliseconds(100)) {
-          last_health_check = now;
-          // Only peers this step still waits for matter: a rank that finished its part and
-          // exited is not an error for ranks still completing theirs.
-          auto dead = transport_.dead_peers();
-          dead.erase(std::remove_if(dead.begin(), dead.end(),
-                                    [&](int q) {
-                                      for (auto& r : recvs)
-                                        if (!r.done && r.peer == q) return false;
-                                      for (auto& x : sends)
-                                        if (!x.done && x.peer == q) return false;
-                                      return true;
-                                    }),
-                     dead.end());
-          if (!dead.empty()) {
-            std::ostringstream m;
-            m << prefix(rank, spec) << ": rank" << (dead.size() > 1 ? "s" : "");
-            for (size_t i = 0; i < dead.size(); ++i) m << (i ? ", " : " ") << dead[i];
-            m << (dead.size() > 1 ? " have" : " has") << " died (process or connection gone)";
-            throw TimeoutError(m.str());
-          }
-        }
-        if (now >= deadline) {
-          std::vector<int> missing;
-          for (int q = 0; q < transport_.size(); ++q) {
-            if (q != rank && transport_.peer_arrival(q) < static_cast<int64_t>(spec.seq)) {
-              missing.push_back(q);
-            }
-          }
-          std::ostringstream m;
-          m << prefix(rank, spec) << ": timed out after "
-            << std::chrono::duration_cast<std::chrono::milliseconds>(timeout).count() / 1000.0
-            << " s";
-          if (!missing.empty()) {
-            for (size_t i = 0; i < missing.size(); ++i) {
-              const int q = missing[i];
-              m << (i ? "; " : ": ") << "rank " << q << " has not called " << spec.op_name
-                << " #" << spec.seq;
-              const int64_t last = transport_.peer_arrival(q);
-              if (last >= 0) m << " (its last was #" << last << ")";
-            }
-          } else {
-            m << " in step " << step_index << " waiting for rank";
-            for (auto& r : recvs)
-              if (!r.done) m << " " << r.peer;
-            for (auto& s : sends)
-              if (!s.done) m << " " << s.peer;
-          }
-          throw TimeoutError(m.str());
-        }
-        const auto left = std::chrono::duration_cast<std::chrono::microseconds>(deadline - now);
+        stall.check(now, ops.awaited(), "in step " + std::to_string(step_index));
+        const auto left = std::chrono::duration_cast<std::chrono::microseconds>(stall.deadline() - now);
         transport_.wait_for_activity(
             token, std::min<std::chrono::microseconds>(left, std::chrono::milliseconds(100)));
         stats_.wait_s += std::chrono::duration<double>(Clock::now() - now).count();
+      }
+      for (auto& sink : ops.sinks) sink->apply_staged();
+      if (step.pre_arrival) {
+        stats_.pre_arrival_s += std::chrono::duration<double>(Clock::now() - step_start).count();
       }
     }
   } catch (const Error& e) {
@@ -283,10 +332,7 @@ int Executor::agree_on_straggler(const CollectiveSpec& spec, std::chrono::micros
     throw Error(prefix(rank, spec) + ": dynamic straggler detection needs a transport with an " +
                 "arrival board (shm); the " + transport_.name() + " transport has none");
   }
-  if (auto reason = transport_.abort_reason()) {
-    throw Error(prefix(rank, spec) + ": the process group was aborted earlier and cannot be "
-                "used any more: " + *reason);
-  }
+  check_not_aborted(transport_, spec);
   transport_.announce_arrival(spec.seq);
   const auto start = Clock::now();
   struct AddTime {  // accounts the agreement time however the function returns
@@ -294,11 +340,14 @@ int Executor::agree_on_straggler(const CollectiveSpec& spec, std::chrono::micros
     Clock::time_point start;
     ~AddTime() { total += std::chrono::duration<double>(Clock::now() - start).count(); }
   } add_time{stats_.agreement_s, start};
+  Stall stall(transport_, spec, start, timeout);
+  std::vector<int> everybody;
+  for (int q = 0; q < n; ++q) {
+    if (q != rank) everybody.push_back(q);
+  }
   try {
     if (board->arrive(key) == n - 1) return board->decide(key, -1);  // last: no wait
-    const auto deadline = start + timeout;
     auto window_end = Clock::time_point::max();
-    auto last_health_check = start;
     while (true) {
       const uint64_t token = transport_.activity_token();
       if (auto d = board->decision(key)) return *d;
@@ -309,31 +358,14 @@ int Executor::agree_on_straggler(const CollectiveSpec& spec, std::chrono::micros
         // Waited long enough for the last rank (ski rental): go ahead without it.
         if (now >= window_end) return board->decide(key, missing);
       }
-      if (auto reason = transport_.abort_reason()) {
-        throw Error(prefix(rank, spec) + ": aborted: " + *reason);
+      // Peers that already arrived are not awaited (a rank that arrived and then died is noticed
+      // by the collective that follows).
+      std::vector<int> awaited;
+      for (int q : everybody) {
+        if (transport_.peer_arrival(q) < static_cast<int64_t>(spec.seq)) awaited.push_back(q);
       }
-      if (now - last_health_check >= std::chrono::milliseconds(100)) {
-        last_health_check = now;
-        for (int q : transport_.dead_peers()) {
-          if (transport_.peer_arrival(q) < static_cast<int64_t>(spec.seq)) {
-            throw TimeoutError(prefix(rank, spec) + ": rank " + std::to_string(q) +
-                               " has died (process or connection gone)");
-          }
-        }
-      }
-      if (now >= deadline) {
-        std::ostringstream m;
-        m << prefix(rank, spec) << ": timed out after "
-          << std::chrono::duration_cast<std::chrono::milliseconds>(timeout).count() / 1000.0
-          << " s waiting for arrivals";
-        for (int q = 0; q < n; ++q) {
-          if (q != rank && transport_.peer_arrival(q) < static_cast<int64_t>(spec.seq)) {
-            m << "; rank " << q << " has not called " << spec.op_name << " #" << spec.seq;
-          }
-        }
-        throw TimeoutError(m.str());
-      }
-      auto until = std::min(deadline, now + board->poll_interval());
+      stall.check(now, awaited, "agreeing on the straggler");
+      auto until = std::min(stall.deadline(), now + board->poll_interval());
       if (window_end < until) until = window_end;
       transport_.wait_for_activity(
           token, std::chrono::duration_cast<std::chrono::microseconds>(until - now) +

@@ -8,14 +8,19 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
 #include <vector>
+
+#include "core/algorithm.h"  // vocabulary only: what a plan's tag names
 
 namespace stragg {
 
-// Carried in message headers so ranks running different algorithms notice it.
-enum class Algo : uint8_t { Ring = 1, Schedule = 2 };
-
-const char* algo_name(Algo algo);
+// Carried in message headers so ranks running different plans notice it: an all_reduce
+// Algorithm (core/algorithm.h), or kLinkProbeTag for the profiler's link probes.
+inline constexpr uint8_t kLinkProbeTag = 0xFF;
+inline uint8_t plan_tag(Algorithm a) { return static_cast<uint8_t>(a); }
+// "ring", "stragglar", ..., "link probe", or "plan <tag>".
+std::string plan_tag_name(uint8_t tag);
 
 struct PlanOp {
   int peer = -1;
@@ -40,7 +45,7 @@ struct PlanStep {
 };
 
 struct RankPlan {
-  Algo algo = Algo::Ring;
+  uint8_t tag = plan_tag(Algorithm::Ring);
   std::vector<PlanStep> steps;
 };
 

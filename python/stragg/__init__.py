@@ -9,12 +9,14 @@ now, CUDA all_reduce) is delegated to an inner Gloo / NCCL backend. See README.m
 
 from __future__ import annotations
 
-from ._policy import reset_policy, set_policy
+from ._config import table as settings_table
+from ._policy import Options, reset_policy, set_policy
 from ._registration import BACKEND_NAME, backend_stats, is_registered, recent_calls, register
 
 __version__ = "0.1.0"
 __all__ = [
     "BACKEND_NAME",
+    "Options",
     "__version__",
     "backend_stats",
     "is_registered",
@@ -22,6 +24,7 @@ __all__ = [
     "register",
     "reset_policy",
     "set_policy",
+    "settings_table",
 ]
 
 register()

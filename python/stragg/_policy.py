@@ -1,4 +1,4 @@
-"""stragg.set_policy: the Python equivalent of STRAGG_ALGO / STRAGG_STRAGGLER / STRAGG_TRANSPORT."""
+"""stragg.set_policy / stragg.Options: the Python ways to give settings (see _config.py)."""
 
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ def set_policy(
     dynamic_window_us: int | str | None = _UNSET,
     alpha_us: float | None = _UNSET,
     bandwidth_gbps: float | None = _UNSET,
+    slowdown: str | dict[int, float] | None = _UNSET,
 ) -> None:
     """Sets the all_reduce policy for stragg process groups created afterwards; it overrides the
     environment variables. Every rank must set the same policy (checked at group creation).
@@ -27,60 +28,60 @@ def set_policy(
       straggler), "dynamic" (whoever arrives last, agreed per call) or "none".
     dynamic_window_us: wait-or-proceed window of the dynamic mode ("auto": from the cost model).
     alpha_us / bandwidth_gbps: cost-model defaults until link probes measure them.
-    Passing None removes that override (back to the environment / default).
+    slowdown: ranks with a slower link for OptCC, "RANK=L,..." or {rank: L}.
+    Passing None removes that override (back to the environment / default). A bad value raises
+    ValueError now.
     """
-    o = _config._overrides
-    if algo is not _UNSET:
-        if algo is None:
-            o.pop("algo", None)
-        else:
-            a = str(algo).strip().lower()
-            if a not in _config.ALGORITHMS:
-                raise ValueError(
-                    f"stragg.set_policy: algo={algo!r} is not one of {', '.join(_config.ALGORITHMS)}"
-                )
-            o["algo"] = a
-    if straggler is not _UNSET:
-        if straggler is None:
-            o.pop("straggler", None)
-        else:
-            o["straggler"] = _config.parse_straggler(straggler, "straggler")
-    if transport is not _UNSET:
-        if transport is None:
-            o.pop("transport", None)
-        else:
-            t = str(transport).strip().lower()
-            if t not in _config.TRANSPORTS:
-                raise ValueError(
-                    f"stragg.set_policy: transport={transport!r} is not one of "
-                    f"{', '.join(_config.TRANSPORTS)}"
-                )
-            o["transport"] = t
-    if dynamic_window_us is not _UNSET:
-        if dynamic_window_us is None:
-            o.pop("dynamic_window_us", None)
-        elif str(dynamic_window_us).strip().lower() == "auto":
-            o["dynamic_window_us"] = -1
-        else:
-            w = int(dynamic_window_us)
-            if w < 0:
-                raise ValueError("stragg.set_policy: dynamic_window_us must be >= 0 or 'auto'")
-            o["dynamic_window_us"] = w
-    for name, key, value, conv in (
-        ("alpha_us", "alpha_s", alpha_us, lambda v: v * 1e-6),
-        ("bandwidth_gbps", "beta_s_per_byte", bandwidth_gbps, lambda v: 1.0 / (v * 1e9)),
-    ):
+    given = {
+        "algo": algo,
+        "straggler": straggler,
+        "transport": transport,
+        "dynamic_window_us": dynamic_window_us,
+        "alpha_us": alpha_us,
+        "bandwidth_gbps": bandwidth_gbps,
+        "slowdown": slowdown,
+    }
+    for key, value in given.items():
         if value is _UNSET:
             continue
-        if value is None:
-            o.pop(key, None)
-            continue
-        v = float(value)
-        if not v > 0 and not (name == "alpha_us" and v == 0):
-            raise ValueError(f"stragg.set_policy: {name} must be positive")
-        o[key] = conv(v)
+        if key == "straggler" and isinstance(value, bool):
+            raise ValueError(f"stragg.set_policy(straggler={value!r}): expected a rank of the group, "
+                             "auto, dynamic or none")
+        if key == "slowdown" and isinstance(value, dict):
+            value = ",".join(f"{int(r)}={float(l)!r}" for r, l in value.items()) or "none"
+        _config.set_override(key, value, f"stragg.set_policy({key}={value!r})")
 
 
 def reset_policy() -> None:
     """Removes every setting made with set_policy() and stragg.profiler.configure()."""
     _config._overrides.clear()
+
+
+class Options:
+    """Settings for one process group, given as ``pg_options``:
+
+        dist.init_process_group("stragg", pg_options=stragg.Options(algo="ring", shm_slots=8))
+        dist.new_group(ranks, backend="stragg", pg_options={"straggler": "dynamic"})
+
+    Keys are the settings table's (``stragg.settings_table()``: the STRAGG_* variable name in
+    lower case without the prefix); values are validated now (ValueError) and override the
+    environment and set_policy for that group only.
+    """
+
+    def __init__(self, **settings: Any) -> None:
+        known = {row["key"] for row in _config.table()}
+        for key, value in settings.items():
+            if key not in known:
+                raise TypeError(
+                    f"stragg.Options: unknown setting {key!r} (known: {', '.join(sorted(known))})"
+                )
+            if value is not None:
+                _config._core.parse_settings([(key, _config._text(value), f"stragg.Options({key}=...)")])
+        self._settings = {k: v for k, v in settings.items() if v is not None}
+
+    def as_dict(self) -> dict[str, Any]:
+        return dict(self._settings)
+
+    def __repr__(self) -> str:
+        inner = ", ".join(f"{k}={v!r}" for k, v in self._settings.items())
+        return f"stragg.Options({inner})"

@@ -9,7 +9,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from ._config import backend_config_with_overrides, debug_level
+from ._config import debug_level, raw_settings
 
 logger = logging.getLogger("stragg")
 
@@ -21,7 +21,8 @@ def _create_backend(dist_opts: Any, backend_opts: Any = None) -> Any:
 
     The stragg backend comes first (its setup names ranks that never join); then the inner Gloo
     backend (CPU collectives other than all_reduce) and, when CUDA and NCCL are available, an
-    inner NCCL backend (CUDA collectives), all from prefixes of the same store.
+    inner NCCL backend (CUDA collectives), all from prefixes of the same store. `backend_opts` is
+    init_process_group's / new_group's `pg_options`: a dict of settings or stragg.Options.
     """
     from . import _C  # the C++ extension is loaded only when a group is really created
 
@@ -32,10 +33,14 @@ def _create_backend(dist_opts: Any, backend_opts: Any = None) -> Any:
     size = dist_opts.group_size
     timeout = dist_opts.timeout
     group_name = str(dist_opts.group_id)
-    config = backend_config_with_overrides()
-    config["tcp_store_host"] = _store_host(store)
     backend = _C.StraggBackend(
-        dist.PrefixStore("stragg/", store), rank, size, timeout, group_name, config
+        dist.PrefixStore("stragg/", store),
+        rank,
+        size,
+        timeout,
+        group_name,
+        raw_settings(backend_opts),
+        _store_host(store),
     )
     gloo = dist.ProcessGroupGloo(dist.PrefixStore("gloo/", store), rank, size, timeout)
     backend._attach_inner("cpu", gloo)
@@ -51,7 +56,7 @@ def _create_backend(dist_opts: Any, backend_opts: Any = None) -> Any:
         group_name,
         backend.transport,
         backend.algorithm,
-        {-1: "none", -2: "dynamic", -3: "auto (profiler)"}.get(backend.straggler, backend.straggler),
+        backend.straggler,
     )
     return backend
 
@@ -116,7 +121,8 @@ def backend_stats(group: dist.ProcessGroup | None = None) -> dict[str, Any]:
     stats: dict[str, Any] = dict(backend.stats())
     stats["transport"] = backend.transport
     stats["algorithm"] = backend.algorithm
-    stats["straggler"] = backend.straggler
+    straggler = backend.straggler  # a rank, "auto" (profiler), "dynamic" or "none"
+    stats["straggler"] = int(straggler) if straggler.isdigit() else straggler
     return stats
 
 

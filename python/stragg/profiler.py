@@ -38,16 +38,16 @@ from ._registration import _stragg_backend
 __all__ = ["configure", "dump_json", "measure_links", "plot", "report", "summary", "to_json"]
 
 _SETTINGS = {
-    # name: (backend config key, type, converter)
-    "enabled": ("profile", bool),
-    "every": ("profile_every", int),
-    "window": ("profile_window", int),
-    "adopt_share": ("profile_adopt_share", float),
-    "drop_share": ("profile_drop_share", float),
-    "patience": ("profile_patience", int),
-    "min_gain_s": ("profile_min_gain_s", float),
-    "noise_floor_s": ("profile_noise_floor_s", float),
-    "probe_every": ("probe_every", int),
+    # name: (settings-table key, type, factor from the Python unit to the table's)
+    "enabled": ("profile", bool, None),
+    "every": ("profile_every", int, None),
+    "window": ("profile_window", int, None),
+    "adopt_share": ("profile_adopt", float, None),
+    "drop_share": ("profile_drop", float, None),
+    "patience": ("profile_patience", int, None),
+    "min_gain_s": ("profile_min_gain_us", float, 1e6),
+    "noise_floor_s": ("profile_noise_us", float, 1e6),
+    "probe_every": ("probe_every", int, None),
 }
 
 
@@ -55,8 +55,9 @@ def configure(**settings: Any) -> None:
     """Profiler settings for stragg groups created afterwards (override the environment).
 
     Keys: enabled, every, window, adopt_share, drop_share, patience, min_gain_s, noise_floor_s,
-    probe_every. A value of None removes the override. Invalid values raise when the group is
-    created (ValueError naming the setting).
+    probe_every. A value of None removes the override. An invalid value raises ValueError now,
+    naming the setting; a combination that is invalid (drop_share above adopt_share) raises when
+    the group is created.
     """
     for name, value in settings.items():
         if name not in _SETTINGS:
@@ -64,21 +65,15 @@ def configure(**settings: Any) -> None:
                 f"stragg.profiler.configure: unknown setting {name!r} "
                 f"(expected one of {', '.join(_SETTINGS)})"
             )
-        key, kind = _SETTINGS[name]
-        if value is None:
-            _config._overrides.pop(key, None)
-            continue
-        if kind is bool:
-            if not isinstance(value, bool):
+        key, kind, factor = _SETTINGS[name]
+        if value is not None:
+            if kind is bool and not isinstance(value, bool):
                 raise TypeError(f"stragg.profiler.configure: {name} must be a bool")
-        elif kind is int:
-            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-                raise ValueError(f"stragg.profiler.configure: {name} must be an int >= 0")
-        else:
-            value = float(value)
-            if value < 0:
-                raise ValueError(f"stragg.profiler.configure: {name} must be >= 0")
-        _config._overrides[key] = value
+            if kind is int and (isinstance(value, bool) or not isinstance(value, int)):
+                raise TypeError(f"stragg.profiler.configure: {name} must be an int")
+            if factor is not None:
+                value = float(value) * factor
+        _config.set_override(key, value, f"stragg.profiler.configure({name}={settings[name]!r})")
 
 
 def summary(group: dist.ProcessGroup | None = None) -> dict[str, Any]:

@@ -8,7 +8,7 @@
 
 #include "runtime/error.h"
 #include "runtime/executor.h"
-#include "runtime/ring_plan.h"
+#include "plan/planner.h"
 #include "transport/shm/shm_transport.h"
 #include "test_util.h"
 #include "transport_checks.h"
@@ -19,24 +19,28 @@ namespace {
 using testing::InMemoryRendezvous;
 using testing::run_ranks;
 
-TEST(RingPlan, ChunksCoverTheBufferExactlyOnce) {
-  for (int parts : {1, 2, 3, 7}) {
+TEST(RingPlan, EveryElementIsSentOncePerPhaseAndReceivedOnce) {
+  // The Ring internal collectives run is core::ring_allreduce lowered: per rank, n-1
+  // reduce-scatter steps then n-1 allgather steps, each moving one of n contiguous chunks.
+  for (int n : {2, 3, 7}) {
     for (size_t numel : {0, 1, 5, 6, 7, 100}) {
-      size_t next = 0;
-      for (int c = 0; c < parts; ++c) {
-        size_t off, cnt;
-        chunk_range(numel, parts, c, &off, &cnt);
-        EXPECT_EQ(off, next);
-        next = off + cnt;
+      std::vector<int> received(numel, 0);
+      for (int r = 0; r < n; ++r) {
+        const auto plan = ring_allreduce_plan(r, n, numel);
+        ASSERT_EQ(plan->steps.size(), static_cast<size_t>(2 * (n - 1)));
+        EXPECT_EQ(plan->tag, plan_tag(Algorithm::Ring));
+        for (const auto& step : plan->steps) {
+          ASSERT_EQ(step.recvs.size(), 1u);
+          EXPECT_EQ(step.recvs[0].peer, (r + n - 1) % n);
+          EXPECT_EQ(step.sends[0].peer, (r + 1) % n);
+          for (size_t i = 0; i < step.recvs[0].count; ++i) ++received[step.recvs[0].offset + i];
+        }
       }
-      EXPECT_EQ(next, numel);
+      // Every element is reduced n-1 times and copied n-1 times over all ranks.
+      for (size_t i = 0; i < numel; ++i) EXPECT_EQ(received[i], 2 * (n - 1)) << i;
     }
   }
-}
-
-TEST(RingPlan, HasTwoTimesNMinusOneSteps) {
-  EXPECT_EQ(ring_allreduce_plan(0, 1, 10).steps.size(), 0u);
-  EXPECT_EQ(ring_allreduce_plan(2, 5, 10).steps.size(), 8u);
+  EXPECT_TRUE(ring_allreduce_plan(0, 1, 10)->steps.empty());
 }
 
 struct Case {
@@ -79,7 +83,7 @@ TEST(Executor, MismatchedDtypeAndOpAreNamed) {
     spec.dtype = r == 0 ? DType::Float64 : DType::Int64;
     spec.op = r == 0 ? ReduceOp::Sum : ReduceOp::Max;
     try {
-      ex.run(ring_allreduce_plan(r, 2, 16), spec, buf.data(), std::chrono::seconds(20));
+      ex.run(*ring_allreduce_plan(r, 2, 16), spec, buf.data(), std::chrono::seconds(20));
     } catch (const Error& e) {
       errors[r] = e.what();
     }
@@ -109,7 +113,7 @@ TEST(Executor, MissingRankTimesOutNamingIt) {
     }
     auto t0 = std::chrono::steady_clock::now();
     try {
-      ex.run(ring_allreduce_plan(r, n, buf.size()), spec, buf.data(), std::chrono::milliseconds(500));
+      ex.run(*ring_allreduce_plan(r, n, buf.size()), spec, buf.data(), std::chrono::milliseconds(500));
     } catch (const Error& e) {
       errors[r] = e.what();
     }
@@ -131,7 +135,7 @@ TEST(Executor, GroupIsUnusableAfterAnAbort) {
   CollectiveSpec spec;
   spec.numel = 4;
   try {
-    ex.run(ring_allreduce_plan(1, 2, 4), spec, buf.data(), std::chrono::seconds(1));
+    ex.run(*ring_allreduce_plan(1, 2, 4), spec, buf.data(), std::chrono::seconds(1));
     FAIL();
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("aborted"), std::string::npos);

@@ -14,7 +14,6 @@
 #include "plan/planner.h"
 #include "runtime/error.h"
 #include "runtime/executor.h"
-#include "runtime/ring_plan.h"
 #include "transport/shm/shm_transport.h"
 #include "test_util.h"
 
@@ -34,8 +33,9 @@ class ScheduleExecution : public ::testing::TestWithParam<Case> {};
 TEST_P(ScheduleExecution, ExactAndBitwiseIdentical) {
   const auto& [algo, n, numel] = GetParam();
   PlannerConfig cfg;
-  cfg.algo = algo;
-  cfg.straggler = n > 2 ? 1 : -1;   // a straggler that is not the generators' canonical n-1
+  cfg.algo = *algorithm_from_name(algo);
+  // A straggler that is not the generators' canonical n-1.
+  cfg.straggler = n > 2 ? Straggler::of_rank(1) : Straggler::none();
   cfg.max_staging_bytes = 4096;     // forces segmentation where staging is needed
   Planner planner(n, cfg);
   InMemoryRendezvous rdv;
@@ -55,25 +55,25 @@ TEST_P(ScheduleExecution, ExactAndBitwiseIdentical) {
       spec.seq = seq;
       spec.numel = numel;
       const bool ordered = seq == 1;
-      const PlanChoice choice = planner.choose(numel * sizeof(float), planner.straggler());
-      ex.run(planner.plan(r, choice, numel, sizeof(float), ordered), spec, work.data(),
+      const PlanChoice choice = planner.choose(numel * sizeof(float), planner.straggler().rank);
+      ex.run(*planner.plan(r, choice, numel, sizeof(float), ordered), spec, work.data(),
              std::chrono::seconds(60));
       if (seq == 0) {
         out[r] = work;
       } else {
         ASSERT_EQ(0, std::memcmp(work.data(), out[r].data(), numel * sizeof(float)))
-            << planner.algorithm() << ": ordered receives differ from staged ones on rank " << r;
+            << algo << ": ordered receives differ from staged ones on rank " << r;
       }
     }
   });
   for (size_t i = 0; i < numel; ++i) {
     float ref = 0;
     for (int r = 0; r < n; ++r) ref += input_value(r, i);
-    ASSERT_EQ(out[0][i], ref) << planner.algorithm() << " n=" << n << " element " << i;
+    ASSERT_EQ(out[0][i], ref) << algo << " n=" << n << " element " << i;
   }
   for (int r = 1; r < n; ++r) {
     ASSERT_EQ(0, std::memcmp(out[r].data(), out[0].data(), numel * sizeof(float)))
-        << planner.algorithm() << ": rank " << r << " differs from rank 0";
+        << algo << ": rank " << r << " differs from rank 0";
   }
 }
 
@@ -116,23 +116,20 @@ TEST(Lowering, RingNeedsNoStaging) {
   EXPECT_FALSE(schedule_needs_staging(core::build("ring", 5), false));
 }
 
-TEST(Planner, RejectsUnknownAlgorithmAndBadStraggler) {
-  PlannerConfig bad;
-  bad.algo = "bogus";
-  EXPECT_THROW(Planner(4, bad), Error);
+TEST(Planner, RejectsBadStraggler) {
   PlannerConfig far;
-  far.algo = "stragglar";
-  far.straggler = 9;
+  far.algo = Algorithm::Stragglar;
+  far.straggler = Straggler::of_rank(9);
   EXPECT_THROW(Planner(4, far), Error);
 }
 
 TEST(Planner, AutoPicksStragglarOnlyWithAConfiguredStraggler) {
   Planner plain(4, PlannerConfig{});
-  EXPECT_EQ(plain.algorithm(), "auto");  // chosen per call by the cost model
-  EXPECT_NE(plain.choose(1 << 20, kNoStraggler).algorithm, "stragglar");
+  EXPECT_EQ(plain.algorithm(), Algorithm::Auto);  // chosen per call by the cost model
+  EXPECT_NE(plain.choose(1 << 20, -1).algorithm, Algorithm::Stragglar);
   PlannerConfig c;
-  c.straggler = 2;
-  EXPECT_EQ(Planner(4, c).algorithm(), "stragglar");
+  c.straggler = Straggler::of_rank(2);
+  EXPECT_EQ(Planner(4, c).algorithm(), Algorithm::Stragglar);
 }
 
 }  // namespace
@@ -157,7 +154,7 @@ std::vector<int> agree(int n, int late, std::chrono::milliseconds delay,
       // Like a real collective, nobody starts the next one before everybody took part.
       std::vector<float> buf(4, 1.0f);
       spec.numel = buf.size();
-      ex.run(ring_allreduce_plan(r, n, buf.size()), spec, buf.data(), std::chrono::seconds(20));
+      ex.run(*ring_allreduce_plan(r, n, buf.size()), spec, buf.data(), std::chrono::seconds(20));
     }
   });
   return decided;
@@ -202,10 +199,10 @@ TEST(DynamicStraggler, MissingRankTimesOutNamingIt) {
 
 TEST(Planner, DynamicModeOnlyWithStragglarOrAuto) {
   PlannerConfig c;
-  c.straggler = kDynamicStraggler;
-  EXPECT_EQ(Planner(4, c).choose(4096, 2).algorithm, "stragglar");
+  c.straggler = Straggler::dynamic();
+  EXPECT_EQ(Planner(4, c).choose(4096, 2).algorithm, Algorithm::Stragglar);
   EXPECT_TRUE(Planner(4, c).dynamic());
-  c.algo = "ring";
+  c.algo = Algorithm::Ring;
   EXPECT_THROW(Planner(4, c), Error);
 }
 

@@ -502,7 +502,7 @@ TEST(LinkProbe, PlanShapes) {
   ASSERT_GE(peer, 0);
   const RankPlan many = link_probe_plan(n, 0, round, 5, 3, true);
   const RankPlan other = link_probe_plan(n, peer, round, 5, 3, true);
-  EXPECT_EQ(many.algo, Algo::Schedule);
+  EXPECT_EQ(many.tag, kLinkProbeTag);
   ASSERT_EQ(many.steps.size(), 5u);
   ASSERT_EQ(other.steps.size(), 5u);
   std::set<uint32_t> ids;

@@ -24,7 +24,7 @@
 
 #include "runtime/error.h"
 #include "runtime/executor.h"
-#include "runtime/ring_plan.h"
+#include "plan/planner.h"
 #include "transport/tcp/tcp_transport.h"
 #include "test_util.h"
 #include "transport_checks.h"
@@ -563,7 +563,7 @@ TEST(TcpExecutor, TimeoutNamesTheRankThatNeverArrived) {
     spec.seq = 5;
     spec.numel = buf.size();
     try {
-      ex.run(ring_allreduce_plan(r, n, buf.size()), spec, buf.data(),
+      ex.run(*ring_allreduce_plan(r, n, buf.size()), spec, buf.data(),
              std::chrono::milliseconds(500));
     } catch (const Error& e) {
       errors[r] = e.what();
@@ -595,7 +595,7 @@ TEST(TcpExecutor, PeerClosingMidCollectiveMakesTheOthersRaisePromptly) {
     spec.numel = buf.size();
     const auto t0 = Clock::now();
     try {
-      ex.run(ring_allreduce_plan(r, n, buf.size()), spec, buf.data(), std::chrono::seconds(60));
+      ex.run(*ring_allreduce_plan(r, n, buf.size()), spec, buf.data(), std::chrono::seconds(60));
     } catch (const Error& e) {
       errors[r] = e.what();
     }
@@ -673,7 +673,7 @@ TEST(TcpExecutor, KilledProcessIsDetectedWithinMilliseconds) {
       kill(child, SIGKILL);
     });
     try {
-      ex.run(ring_allreduce_plan(0, 2, numel), spec, buf.data(), std::chrono::seconds(60));
+      ex.run(*ring_allreduce_plan(0, 2, numel), spec, buf.data(), std::chrono::seconds(60));
     } catch (const Error& e) {
       error = e.what();
       detect_s = (Clock::now().time_since_epoch().count() - killed_at_ns.load()) / 1e9;
@@ -715,7 +715,7 @@ TEST(TcpExecutor, BenchRingAllreduce) {
       spec.seq = seq;
       spec.numel = numel;
       const auto t0 = Clock::now();
-      ex.run(ring_allreduce_plan(r, n, numel), spec, buf.data(), std::chrono::seconds(120));
+      ex.run(*ring_allreduce_plan(r, n, numel), spec, buf.data(), std::chrono::seconds(120));
       if (seq > 0) secs[r] += seconds_since(t0) / 3;  // the first run warms up
     }
   });

@@ -15,7 +15,7 @@
 
 #include "runtime/error.h"
 #include "runtime/executor.h"
-#include "runtime/ring_plan.h"
+#include "plan/planner.h"
 #include "transport/transport.h"
 #include "test_util.h"
 
@@ -45,7 +45,7 @@ inline void check_ring_allreduce(int size, size_t numel, const MakeTransport& ma
         CollectiveSpec spec;
         spec.seq = seq;
         spec.numel = numel;
-        ex.run(ring_allreduce_plan(r, size, numel), spec, work.data(), std::chrono::seconds(60));
+        ex.run(*ring_allreduce_plan(r, size, numel), spec, work.data(), std::chrono::seconds(60));
         out[r] = work;
       }
     } catch (const std::exception& e) {
@@ -78,7 +78,7 @@ inline void check_numel_mismatch_raises_everywhere(int size, const MakeTransport
     CollectiveSpec spec;
     spec.numel = numel;
     try {
-      ex.run(ring_allreduce_plan(r, size, numel), spec, buf.data(), std::chrono::seconds(20));
+      ex.run(*ring_allreduce_plan(r, size, numel), spec, buf.data(), std::chrono::seconds(20));
     } catch (const Error& e) {
       errors[r] = e.what();
     }

@@ -61,8 +61,8 @@ int allreduce_rank(const std::string& dir, const std::string& kind, const std::s
   auto p2p = make_p2p(kind, rdv, rank, n, device);
   GpuExecutor ex(*p2p);
   PlannerConfig cfg;
-  cfg.algo = algo;
-  cfg.straggler = n > 2 ? 1 : -1;
+  cfg.algo = *algorithm_from_name(algo);
+  cfg.straggler = n > 2 ? Straggler::of_rank(1) : Straggler::none();
   cfg.max_staging_bytes = 64 << 10;
   Planner planner(n, cfg);
 
@@ -79,9 +79,9 @@ int allreduce_rank(const std::string& dir, const std::string& kind, const std::s
     CollectiveSpec spec;
     spec.seq = seq;
     spec.numel = numel;
-    const PlanChoice choice = planner.choose(numel * sizeof(float), planner.straggler());
+    const PlanChoice choice = planner.choose(numel * sizeof(float), planner.straggler().rank);
     const GpuCompletion done =
-        ex.run(planner.plan(rank, choice, numel, sizeof(float), false), spec, dbuf, caller, 60s);
+        ex.run(*planner.plan(rank, choice, numel, sizeof(float), false), spec, dbuf, caller, 60s);
     done.stream_wait(caller);  // Work::wait() on CUDA: the caller's stream waits, not the host
     ex.wait(done, spec, 60s);  // host wait with timeout (synchronize())
     cuda_check(cudaMemcpyAsync(out.data(), dbuf, numel * sizeof(float), cudaMemcpyDeviceToHost,
@@ -162,7 +162,7 @@ TEST(CudaIpcFaults, LateRankTimesOutAndAbortPropagates) {
     cuda_check(cudaMemset(dbuf, 0, numel * sizeof(float)), "cudaMemset");
     CollectiveSpec spec;
     spec.numel = numel;
-    const auto plan = planner.plan(rank, planner.choose(numel * 4, kNoStraggler), numel, 4);
+    const auto plan = *planner.plan(rank, planner.choose(numel * 4, -1), numel, 4);
     if (rank == 1) std::this_thread::sleep_for(3s);
     try {
       const GpuCompletion done = ex.run(plan, spec, dbuf, nullptr, rank == 0 ? 1000ms : 60000ms);

@@ -73,7 +73,7 @@ TEST(GpuExecutorNccl, ScratchReduceAndStagedCopy) {
   const size_t n = 2 * 100003;
   const size_t h = n / 2;
   RankPlan plan;
-  plan.algo = Algo::Schedule;
+  plan.tag = plan_tag(Algorithm::Ring);
   PlanStep s0;
   s0.id = 0;
   s0.sends.push_back(PlanOp{0, 0, h, false, false, -1});

@@ -1,5 +1,6 @@
-// stragg._core: torch-free Python bindings of the schedule library (pybind11). The user-facing
-// API is python/stragg/schedule.py and python/stragg/sim.py.
+// stragg._core: torch-free Python bindings (pybind11) of the schedule library (user-facing API:
+// python/stragg/schedule.py, python/stragg/sim.py) and of the settings table
+// (settings_module.cc; python/stragg/_config.py).
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
@@ -11,6 +12,8 @@
 
 namespace py = pybind11;
 using namespace stragg::core;
+
+void bind_settings(py::module_& m);  // settings_module.cc
 
 namespace {
 
@@ -142,6 +145,8 @@ PYBIND11_MODULE(_core, m) {
       py::arg("arrival") = std::vector<double>{}, py::arg("slowdown") = std::vector<double>{},
       py::arg("mode") = "lockstep", py::arg("ring_topology") = false, py::arg("hop_delay") = 0.0,
       py::arg("reconfig_delay") = 0.0, py::arg("reconfigure") = std::vector<bool>{});
+
+  bind_settings(m);
 
   py::module_ cf = m.def_submodule("closed_form", "closed-form costs from the papers");
   cf.def("ring", &closed_form::ring);

@@ -1,0 +1,16 @@
+// The alpha-beta cost model of a link (no torch here): a message of m bytes takes
+// alpha_s + m * beta_s_per_byte. The defaults are THE cost-model defaults of stragg (used until
+// link probes measure the real values; STRAGG_ALPHA_US / STRAGG_BANDWIDTH_GBPS override them).
+#pragma once
+
+namespace stragg {
+
+inline constexpr double kDefaultAlphaS = 60e-6;
+inline constexpr double kDefaultBandwidthBytesPerS = 3e9;
+
+struct LinkModel {
+  double alpha_s = kDefaultAlphaS;
+  double beta_s_per_byte = 1.0 / kDefaultBandwidthBytesPerS;
+};
+
+}  // namespace stragg

@@ -1,0 +1,26 @@
+// One all_reduce as this rank saw it (no torch here): what stragg.recent_calls() returns, what
+// STRAGG_DEBUG=DETAIL logs, and what the profiler learns from.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace stragg {
+
+struct CallRecord {
+  uint64_t seq = 0;       // the user's call number on this group (0, 1, ...)
+  int64_t numel = 0;
+  int64_t bytes = 0;
+  uint64_t wire_seq = 0;  // the collective's sequence number on the wire (internal ones count too)
+  std::string algorithm;  // what ran: "ring", "stragglar", ... ("gloo" when delegated)
+  int straggler = -1;     // configured or agreed straggler of this call, -1 = none
+  double queued_s = 0;    // from the call to the worker starting it
+  double agreement_s = 0; // dynamic straggler agreement
+  double run_s = 0;       // executing the schedule
+  double wait_s = 0;      // of run_s, blocked waiting for peers
+  double pre_arrival_s = 0;  // of run_s, in pre-arrival steps
+  double window_s = 0;       // dynamic straggler: the wait-or-proceed window used
+  bool ok = true;
+};
+
+}  // namespace stragg

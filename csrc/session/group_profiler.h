@@ -1,0 +1,84 @@
+// The profiling side of a session (no torch here): the straggler profiler's per-call batches
+// and their exchange, and the link probes (AdapCC §IV-B) with the link matrix they measure.
+// Everything that talks to the peers is a collective run by the session's worker thread at the
+// same point of every rank's call sequence (after a call, or at the start of the next one), so
+// every rank holds the same statistics and takes the same decisions. Readers on other threads
+// (stragg.profiler.summary, backend_stats) take a lock.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "plan/link_model.h"
+#include "plan/planner.h"
+#include "plan/settings.h"
+#include "plan/straggler_profiler.h"
+#include "runtime/executor.h"
+#include "session/call_record.h"
+
+namespace stragg {
+
+// Spec of the next internal collective on the wire (it takes a sequence number).
+using InternalSpec = std::function<CollectiveSpec(const char* name, DType dtype, size_t numel)>;
+
+class GroupProfiler {
+ public:
+  GroupProfiler(int rank, int n, const Settings& settings, Planner& planner, std::string group);
+
+  // Worker thread, at the start of a call: runs a periodic link probe that is due.
+  void before_call(Executor& ex, const InternalSpec& spec, std::chrono::milliseconds timeout);
+  // Worker thread, after a successful executor all_reduce: feeds the profiler; every K calls
+  // exchanges the batch (one small all_reduce) and updates the straggler decision. On failure
+  // it switches profiling off (the caller logs; the group is aborted by the executor anyway).
+  void after_call(Executor& ex, const InternalSpec& spec, const CallRecord& record,
+                  std::chrono::milliseconds timeout);
+  // Worker thread, collective: measures alpha/beta of every link and installs the combined model
+  // in the planner.
+  void probe_links(Executor& ex, const InternalSpec& spec, std::chrono::milliseconds timeout);
+
+  bool enabled() const;
+  // The profiler's persistent straggler (-1: none).
+  int straggler() const { return straggler_.load(); }
+  ProfilerSummary summary() const;
+  const ProfilerSettings& settings() const { return settings_; }
+  // The cost model in use and where it came from ("default" or "measured").
+  LinkModel link_model(std::string* source) const;
+  // n*n per-link models from the last probe (alpha < 0: not measured).
+  std::vector<LinkModel> link_matrix() const;
+  // The window's per-call straggler delays (identical on every rank).
+  std::vector<double> recent_delays() const;
+
+ private:
+  void exchange(Executor& ex, const InternalSpec& spec, std::chrono::milliseconds timeout);
+  std::vector<LinkModel> measure_own_row(Executor& ex, const InternalSpec& spec,
+                                         std::chrono::milliseconds timeout);
+
+  const int rank_;
+  const int n_;
+  const ProfilerSettings settings_;
+  const int probe_every_;
+  Planner& planner_;
+  const std::string group_;
+
+  // Worker-thread state.
+  uint64_t calls_ = 0;  // completed executor all_reduces (the profiler's call index)
+  bool probe_pending_ = false;
+  std::vector<double> batch_durations_;
+  std::vector<int64_t> batch_bytes_;
+  uint64_t batch_first_call_ = 0;
+
+  mutable std::mutex mu_;  // guards what readers see
+  std::unique_ptr<StragglerProfiler> profiler_;
+  std::atomic<int> straggler_{-1};
+  LinkModel link_;
+  std::string link_source_ = "default";
+  std::vector<LinkModel> link_matrix_;
+  std::vector<double> recent_delays_;
+};
+
+}  // namespace stragg

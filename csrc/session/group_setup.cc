@@ -1,0 +1,138 @@
+#include "session/group_setup.h"
+
+#include <sstream>
+#include <vector>
+
+#include "runtime/error.h"
+#include "runtime/host_identity.h"
+#include "runtime/log.h"
+#include "transport/shm/shm_transport.h"
+#include "transport/tcp/tcp_transport.h"
+
+namespace stragg {
+namespace {
+
+std::vector<std::string> split_lines(const std::string& s) {
+  std::vector<std::string> out;
+  std::istringstream in(s);
+  std::string line;
+  while (std::getline(in, line)) out.push_back(line);
+  return out;
+}
+
+std::string env_name(const std::string& key) {
+  for (const SettingInfo& info : settings_table()) {
+    if (info.key == key) return info.env;
+  }
+  return key;
+}
+
+// This rank's TCP address ("-" when unknown), worked out before the exchange so that every rank
+// decides the transport from the same information.
+std::string tcp_address(const Settings& s, const std::string& store_host) {
+  std::string address = s.tcp_host;
+  if (address.empty() && !store_host.empty()) {
+    try {
+      address = local_address_toward(store_host);
+    } catch (const Error& e) {
+      log_warning(e.what());  // no route: TCP is not possible, auto falls back to Gloo
+      address.clear();
+    }
+  }
+  return address.empty() ? "-" : address;
+}
+
+// Hello record: host identity, TCP address, then "key=value" per must-match setting.
+std::string hello_record(const Settings& s, const std::string& address) {
+  std::string out = host_identity() + "\n" + address;
+  for (const auto& [key, value] : must_match_values(s)) out += "\n" + key + "=" + value;
+  return out;
+}
+
+void check_settings_match(const std::vector<std::vector<std::string>>& hello, int rank) {
+  const auto& mine = hello[rank];
+  for (size_t r = 0; r < hello.size(); ++r) {
+    const auto& theirs = hello[r];
+    if (theirs.size() != mine.size()) {
+      throw Error("stragg: rank " + std::to_string(rank) + ": rank " + std::to_string(r) +
+                  " sent a setup record of another stragg version (" +
+                  std::to_string(theirs.size()) + " fields, this rank has " +
+                  std::to_string(mine.size()) + ")");
+    }
+    for (size_t i = 2; i < mine.size(); ++i) {
+      if (theirs[i] == mine[i]) continue;
+      const std::string key = mine[i].substr(0, mine[i].find('='));
+      const int lo = std::min<int>(rank, static_cast<int>(r));
+      const int hi = std::max<int>(rank, static_cast<int>(r));
+      auto value = [&](int q) {
+        const std::string& f = hello[q][i];
+        return f.substr(f.find('=') + 1);
+      };
+      throw SettingsError("stragg: rank " + std::to_string(rank) + ": " + env_name(key) +
+                          " mismatch: rank " + std::to_string(lo) + " uses '" + value(lo) +
+                          "', rank " + std::to_string(hi) + " uses '" + value(hi) +
+                          "' (it must be equal on all ranks)");
+    }
+  }
+}
+
+TransportChoice decide(const Settings& s, bool same_host, bool all_addresses, int rank) {
+  TransportChoice chosen = s.transport;
+  if (chosen == TransportChoice::Auto) {
+    chosen = same_host ? TransportChoice::Shm
+                       : (all_addresses ? TransportChoice::Tcp : TransportChoice::Gloo);
+  }
+  if (chosen == TransportChoice::Shm && !same_host) {
+    throw Error("stragg: rank " + std::to_string(rank) +
+                ": STRAGG_TRANSPORT=shm but the ranks are not on one host (different host, boot "
+                "or network namespace)");
+  }
+  if (chosen == TransportChoice::Tcp && !all_addresses) {
+    throw Error("stragg: rank " + std::to_string(rank) +
+                ": STRAGG_TRANSPORT=tcp needs every rank's address: set STRAGG_TCP_HOST (or use "
+                "a TCPStore / MASTER_ADDR, whose route picks it)");
+  }
+  return chosen;
+}
+
+}  // namespace
+
+GroupSetup set_up_group(Rendezvous& rdv, int rank, int size, const Settings& settings,
+                        const std::string& store_host, std::chrono::milliseconds timeout) {
+  const std::string address = tcp_address(settings, store_host);
+  const std::vector<std::string> records =
+      exchange_all(rdv, "hello", rank, size, hello_record(settings, address), timeout,
+                   "process group setup");
+  std::vector<std::vector<std::string>> hello;
+  for (const auto& r : records) hello.push_back(split_lines(r));
+  check_settings_match(hello, rank);
+  GroupSetup out;
+  bool all_addresses = true;
+  for (const auto& h : hello) {
+    if (h.size() < 2) {
+      throw Error("stragg: rank " + std::to_string(rank) + ": bad setup record from a peer");
+    }
+    out.same_host = out.same_host && h[0] == hello[0][0];
+    all_addresses = all_addresses && h[1] != "-";
+  }
+  out.transport = decide(settings, out.same_host, all_addresses, rank);
+  if (out.transport == TransportChoice::Shm) {
+    ShmOptions o;
+    o.slot_bytes = settings.shm_slot_bytes;
+    o.num_slots = settings.shm_slots;
+    o.spin_us = settings.spin_us;
+    o.yield_us = settings.yield_us;
+    o.setup_timeout = timeout;
+    out.impl = std::make_unique<ShmTransport>(rdv, "shm", rank, size, o);
+  } else if (out.transport == TransportChoice::Tcp) {
+    TcpOptions o;
+    o.advertise_host = address;
+    o.port = settings.tcp_port;
+    o.staging_bytes = settings.tcp_staging_bytes;
+    o.setup_timeout = timeout;
+    out.impl = std::make_unique<TcpTransport>(rdv, "tcp", rank, size, o);
+  }
+  return out;
+}
+
+}  // namespace stragg

@@ -1,0 +1,77 @@
+#include "session/serial_worker.h"
+
+namespace stragg {
+
+SerialWorker::SerialWorker() : thread_([this] { loop(); }) {}
+
+SerialWorker::~SerialWorker() { stop(false, "the worker was destroyed"); }
+
+bool SerialWorker::submit(Job job) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (stopping_) return false;
+    queue_.push_back(std::move(job));
+  }
+  cv_.notify_one();
+  return true;
+}
+
+void SerialWorker::loop() {
+  while (true) {
+    Job job;
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      cv_.wait(lock, [&] { return !queue_.empty() || stopping_; });
+      if (queue_.empty()) return;  // stopping and nothing left
+      job = std::move(queue_.front());
+      queue_.pop_front();
+      running_ = true;
+    }
+    std::exception_ptr error;
+    try {
+      if (job.run) job.run();
+    } catch (...) {
+      error = std::current_exception();
+    }
+    if (job.finish) job.finish(error);
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      running_ = false;
+    }
+    cv_.notify_all();
+  }
+}
+
+void SerialWorker::stop(bool drain, const std::string& why) {
+  std::deque<Job> cancelled;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    draining_ = stopping_ ? draining_ && drain : drain;
+    stopping_ = true;
+    if (!draining_) cancelled.swap(queue_);
+  }
+  cv_.notify_all();
+  for (auto& job : cancelled) {
+    if (job.cancel) job.cancel(why);
+  }
+  if (on_worker_thread()) return;
+  std::lock_guard<std::mutex> lock(join_mu_);
+  if (thread_.joinable()) thread_.join();
+}
+
+bool SerialWorker::busy() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return running_;
+}
+
+size_t SerialWorker::pending() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return queue_.size() + (running_ ? 1 : 0);
+}
+
+bool SerialWorker::stopped() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return stopping_;
+}
+
+}  // namespace stragg

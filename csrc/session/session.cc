@@ -1,0 +1,333 @@
+#include "session/session.h"
+
+#include <sstream>
+
+#include "runtime/error.h"
+#include "runtime/log.h"
+#include "plan/wait_or_proceed.h"
+#include "runtime/reduce.h"
+#include "session/group_setup.h"
+#include "transport/shm/shm_transport.h"
+#include "transport/tcp/tcp_transport.h"
+
+namespace stragg {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point t) {
+  return std::chrono::duration<double>(Clock::now() - t).count();
+}
+
+}  // namespace
+
+Session::Session(Rendezvous& rdv, SessionOptions options)
+    : opt_(std::move(options)), profiler_settings_(opt_.settings.profiler_settings()) {
+  validate_profiler_settings(profiler_settings_);
+  if (opt_.size > 1) {
+    GroupSetup setup =
+        set_up_group(rdv, opt_.rank, opt_.size, opt_.settings, opt_.store_host, opt_.timeout);
+    same_host_ = setup.same_host;
+    transport_ = std::move(setup.impl);
+    path_ = transport_ ? AllreducePath::Executor : AllreducePath::Delegate;
+  }
+  if (path_ == AllreducePath::Executor) {
+    planner_ = std::make_unique<Planner>(opt_.size, PlannerConfig::from(opt_.settings));
+    for (const auto& note : planner_->notes()) log_info(prefix() + ": " + note);
+    if (planner_->dynamic() && transport_->arrival_board() == nullptr) {
+      if (!opt_.make_store_board) {
+        throw Error(prefix() + ": STRAGG_STRAGGLER=dynamic needs an arrival board: the " +
+                    std::string(transport_->name()) + " transport has none and no store was given");
+      }
+      store_board_ = opt_.make_store_board();
+    }
+    executor_ = std::make_unique<Executor>(*transport_);
+    profiler_ = std::make_unique<GroupProfiler>(opt_.rank, opt_.size, opt_.settings, *planner_,
+                                                opt_.group_name);
+  }
+  worker_ = std::make_unique<SerialWorker>();
+  log_info(prefix() + " (size " + std::to_string(opt_.size) + "): all_reduce via " +
+           transport_name() + ", algorithm " + algorithm_name() + ", straggler " +
+           straggler().to_string());
+}
+
+Session::~Session() { shutdown("the process group was destroyed"); }
+
+std::string Session::prefix() const {
+  return "stragg: rank " + std::to_string(opt_.rank) + " of group '" + opt_.group_name + "'";
+}
+
+std::string Session::transport_name() const {
+  switch (path_) {
+    case AllreducePath::Local:
+      return "local";
+    case AllreducePath::Executor:
+      return transport_->name();
+    case AllreducePath::Delegate:
+      return "gloo";
+  }
+  return "unknown";
+}
+
+std::string Session::algorithm_name() const {
+  if (path_ == AllreducePath::Delegate) return "gloo";
+  if (!planner_) return "local";
+  return stragg::algorithm_name(planner_->algorithm());
+}
+
+Straggler Session::straggler() const {
+  return planner_ ? planner_->straggler() : opt_.settings.straggler;
+}
+
+uint64_t Session::submit(AllreduceCall call) {
+  std::lock_guard<std::mutex> lock(submit_mu_);
+  const uint64_t seq = next_seq_;
+  const auto enqueued = Clock::now();
+  auto shared = std::make_shared<AllreduceCall>(std::move(call));
+  SerialWorker::Job job;
+  auto record = std::make_shared<CallRecord>();
+  record->seq = seq;
+  record->numel = static_cast<int64_t>(shared->numel);
+  record->bytes = static_cast<int64_t>(shared->numel * dtype_size(shared->dtype));
+  job.run = [this, shared, record, enqueued] {
+    record->queued_s = seconds_since(enqueued);
+    run_call(*shared, *record);
+  };
+  job.finish = [this, shared, record](std::exception_ptr error) {
+    finish_call(*shared, *record, error);
+  };
+  job.cancel = [this, shared, seq](const std::string& why) {
+    failed_calls_.fetch_add(1);
+    shared->done(std::make_exception_ptr(Error("stragg: rank " + std::to_string(opt_.rank) + ": " +
+                                               shared->name + " #" + std::to_string(seq) +
+                                               " did not run: " + why)));
+  };
+  if (!worker_->submit(std::move(job))) {
+    throw Error("stragg: rank " + std::to_string(opt_.rank) + ": " + shared->name +
+                " on a process group that was " + stop_reason_);
+  }
+  ++next_seq_;
+  return seq;
+}
+
+void Session::run_call(AllreduceCall& call, CallRecord& record) {
+  record.algorithm = path_ == AllreducePath::Delegate ? "gloo" : "local";
+  if (call.premul && call.numel > 0) {
+    scale_inplace(call.dtype, call.data, call.numel, call.premul_factor);
+  }
+  if (path_ == AllreducePath::Executor) {
+    run_on_executor(call, record);
+  } else if (path_ == AllreducePath::Delegate) {
+    call.delegate();
+  }
+  if (call.average && call.numel > 0) {
+    divide_inplace(call.dtype, call.data, call.numel, opt_.size);
+  }
+}
+
+CollectiveSpec Session::next_spec(const char* name, DType dtype, size_t numel) {
+  CollectiveSpec spec;
+  spec.op_name = name;
+  spec.seq = wire_seq_++;
+  spec.dtype = dtype;
+  spec.op = ReduceOp::Sum;
+  spec.numel = numel;
+  return spec;
+}
+
+int Session::call_straggler(const CollectiveSpec& spec, size_t bytes, AllreduceCall& call,
+                            CallRecord& record) {
+  if (planner_->dynamic()) {
+    const auto window = dynamic_window_for(bytes);
+    record.window_s = std::chrono::duration<double>(window).count();
+    // The board numbers agreements 0, 1, 2, ... (internal collectives take no ticket).
+    const int s =
+        executor_->agree_on_straggler(spec, window, call.timeout, store_board_.get(), agreements_++);
+    (s >= 0 ? dynamic_straggler_calls_ : dynamic_plain_calls_).fetch_add(1);
+    last_straggler_.store(s);
+    return s;
+  }
+  if (planner_->profiled()) return profiler_->straggler();
+  return planner_->straggler().rank;
+}
+
+void Session::run_on_executor(AllreduceCall& call, CallRecord& record) {
+  const InternalSpec internal = [this](const char* name, DType dtype, size_t numel) {
+    return next_spec(name, dtype, numel);
+  };
+  profiler_->before_call(*executor_, internal, call.timeout);
+  CollectiveSpec spec = next_spec(call.name, call.dtype, call.numel);
+  spec.op = call.op;
+  record.wire_seq = spec.seq;
+  const size_t elem = dtype_size(call.dtype);
+  const ExecutorStats before = executor_->stats();
+  const int straggler = call_straggler(spec, call.numel * elem, call, record);
+  const PlanChoice choice = planner_->choose(call.numel * elem, straggler);
+  record.algorithm = stragg::algorithm_name(choice.algorithm);
+  record.straggler = choice.straggler;
+  const auto plan = planner_->plan(opt_.rank, choice, call.numel, elem,
+                                   transport_->supports_recv_limit());
+  const auto run_start = Clock::now();
+  try {
+    executor_->run(*plan, spec, call.data, call.timeout);
+  } catch (...) {
+    record.run_s = seconds_since(run_start);
+    throw;
+  }
+  record.run_s = seconds_since(run_start);
+  const ExecutorStats& after = executor_->stats();
+  record.agreement_s = after.agreement_s - before.agreement_s;
+  record.wait_s = after.wait_s - before.wait_s;
+  record.pre_arrival_s = after.pre_arrival_s - before.pre_arrival_s;
+}
+
+void Session::finish_call(AllreduceCall& call, CallRecord& record, std::exception_ptr error) {
+  if (error) {
+    failed_calls_.fetch_add(1);
+  } else if (path_ != AllreducePath::Delegate) {
+    allreduce_calls_.fetch_add(1);
+    allreduce_bytes_.fetch_add(record.bytes);
+  }
+  record.ok = !error;
+  if (opt_.settings.debug == DebugLevel::Detail) {
+    std::ostringstream m;
+    m << prefix() << " all_reduce #" << record.seq << " " << record.bytes << " B via "
+      << record.algorithm << " straggler " << record.straggler << ": queued "
+      << record.queued_s * 1e6 << " us, agreement " << record.agreement_s * 1e6 << " us (window "
+      << record.window_s * 1e6 << " us), run " << record.run_s * 1e6 << " us (waiting "
+      << record.wait_s * 1e6 << " us, pre-arrival " << record.pre_arrival_s * 1e6 << " us)"
+      << (record.ok ? "" : " FAILED");
+    log_info(m.str());
+  }
+  {
+    std::lock_guard<std::mutex> lock(history_mu_);
+    history_.push_back(record);
+    if (history_.size() > kCallHistory) history_.pop_front();
+    if (executor_) executor_totals_ = executor_->stats();
+  }
+  call.done(error);
+  // After completing the call, so the user does not wait for it; every rank does it after the
+  // same call, so the exchange's sequence number matches everywhere.
+  if (!error && executor_) {
+    const InternalSpec internal = [this](const char* name, DType dtype, size_t numel) {
+      return next_spec(name, dtype, numel);
+    };
+    profiler_->after_call(*executor_, internal, record, call.timeout);
+  }
+}
+
+void Session::measure_links(std::function<void(std::exception_ptr)> done) {
+  if (path_ == AllreducePath::Delegate) {
+    throw Error("stragg: rank " + std::to_string(opt_.rank) +
+                ": link probes need stragg's executor; this group delegates all_reduce to Gloo");
+  }
+  std::lock_guard<std::mutex> lock(submit_mu_);
+  auto shared_done = std::make_shared<std::function<void(std::exception_ptr)>>(std::move(done));
+  SerialWorker::Job job;
+  job.run = [this] {
+    if (!executor_) return;  // a single rank: no links
+    const InternalSpec internal = [this](const char* name, DType dtype, size_t numel) {
+      return next_spec(name, dtype, numel);
+    };
+    profiler_->probe_links(*executor_, internal, opt_.timeout);
+  };
+  job.finish = [shared_done](std::exception_ptr error) { (*shared_done)(error); };
+  job.cancel = [this, shared_done](const std::string& why) {
+    (*shared_done)(std::make_exception_ptr(
+        Error("stragg: rank " + std::to_string(opt_.rank) + ": link probe did not run: " + why)));
+  };
+  if (!worker_->submit(std::move(job))) {
+    throw Error("stragg: rank " + std::to_string(opt_.rank) +
+                ": link probe on a process group that was " + stop_reason_);
+  }
+}
+
+std::map<std::string, int64_t> Session::stats() const {
+  std::map<std::string, int64_t> s;
+  s["allreduce_calls"] = allreduce_calls_.load();
+  s["allreduce_bytes"] = allreduce_bytes_.load();
+  s["failed_calls"] = failed_calls_.load();
+  {
+    std::lock_guard<std::mutex> lock(history_mu_);
+    s["busy_us"] = static_cast<int64_t>(executor_totals_.busy_s * 1e6);
+    s["wait_us"] = static_cast<int64_t>(executor_totals_.wait_s * 1e6);
+    s["pre_arrival_us"] = static_cast<int64_t>(executor_totals_.pre_arrival_s * 1e6);
+    s["agreement_us"] = static_cast<int64_t>(executor_totals_.agreement_s * 1e6);
+  }
+  s["dynamic_straggler_calls"] = dynamic_straggler_calls_.load();
+  s["dynamic_plain_calls"] = dynamic_plain_calls_.load();
+  s["last_straggler"] = last_straggler_.load();
+  s["rank"] = opt_.rank;
+  s["size"] = opt_.size;
+  if (auto* shm = dynamic_cast<ShmTransport*>(transport_.get())) {
+    s["shm_slot_bytes"] = static_cast<int64_t>(shm->options().slot_bytes);
+    s["shm_slots"] = static_cast<int64_t>(shm->options().num_slots);
+  }
+  if (auto* tcp = dynamic_cast<TcpTransport*>(transport_.get())) {
+    s["tcp_staging_bytes"] = static_cast<int64_t>(tcp->options().staging_bytes);
+  }
+  return s;
+}
+
+std::vector<CallRecord> Session::recent_calls() const {
+  std::lock_guard<std::mutex> lock(history_mu_);
+  return std::vector<CallRecord>(history_.begin(), history_.end());
+}
+
+ProfilerSummary Session::profiler_summary(bool* enabled) const {
+  if (enabled) *enabled = profiler_ && profiler_->enabled();
+  if (profiler_) return profiler_->summary();
+  ProfilerSummary s{};
+  s.n = opt_.size;
+  s.straggler = -1;
+  s.candidate = -1;
+  s.link = opt_.settings.link_model();
+  return s;
+}
+
+LinkModel Session::link_model(std::string* source) const {
+  if (profiler_) return profiler_->link_model(source);
+  if (source) *source = "default";
+  return opt_.settings.link_model();
+}
+
+std::vector<LinkModel> Session::link_matrix() const {
+  if (profiler_) return profiler_->link_matrix();
+  std::vector<LinkModel> empty(static_cast<size_t>(opt_.size) * opt_.size);
+  for (auto& l : empty) l.alpha_s = l.beta_s_per_byte = -1;
+  return empty;
+}
+
+std::chrono::microseconds Session::dynamic_window_for(size_t bytes) const {
+  if (opt_.settings.dynamic_window_us >= 0) {
+    return std::chrono::microseconds(opt_.settings.dynamic_window_us);
+  }
+  const LinkModel link = link_model(nullptr);
+  const std::vector<double> delays = profiler_ ? profiler_->recent_delays() : std::vector<double>{};
+  const double w = wait_or_proceed_window_s(opt_.size, static_cast<double>(bytes), link, delays);
+  return std::chrono::microseconds(static_cast<int64_t>(w * 1e6));
+}
+
+void Session::shutdown(const std::string& why) {
+  {
+    std::lock_guard<std::mutex> lock(submit_mu_);
+    if (stop_reason_.empty()) stop_reason_ = "shut down";
+  }
+  if (worker_) worker_->stop(/*drain=*/true, why);
+}
+
+void Session::abort(const std::string& why) {
+  {
+    std::lock_guard<std::mutex> lock(submit_mu_);
+    stop_reason_ = "aborted";
+  }
+  if (transport_) transport_->signal_abort("stragg: rank " + std::to_string(opt_.rank) + ": " + why);
+  if (worker_) worker_->stop(/*drain=*/false, why);
+}
+
+std::optional<std::string> Session::abort_reason() const {
+  if (!transport_) return std::nullopt;
+  return transport_->abort_reason();
+}
+
+}  // namespace stragg

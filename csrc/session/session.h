@@ -1,0 +1,162 @@
+// The coordinator of one process group (no torch here): everything between the torch adapter
+// (csrc/backend) and the executor. A Session
+//  * sets the group up (group_setup.h: hello exchange, settings that must match, transport),
+//  * owns the worker thread that runs the calls in issue order (serial_worker.h),
+//  * asks the planner which schedule a call runs (plan/planner.h), agreeing per call on the
+//    straggler in dynamic mode (wait-or-proceed window: plan/wait_or_proceed.h),
+//  * runs the schedule on the executor over the transport (runtime/executor.h),
+//  * feeds the profiler and runs its exchanges and link probes (group_profiler.h),
+//  * keeps the per-call records and counters users read (stragg.recent_calls, backend_stats).
+// Tests drive it over in-process transports with threads as ranks (tests/cpp/test_session.cc).
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <deque>
+#include <exception>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "plan/planner.h"
+#include "plan/settings.h"
+#include "runtime/dtype.h"
+#include "runtime/executor.h"
+#include "runtime/rendezvous.h"
+#include "session/call_record.h"
+#include "session/group_profiler.h"
+#include "session/serial_worker.h"
+#include "transport/transport.h"
+
+namespace stragg {
+
+struct SessionOptions {
+  int rank = 0;
+  int size = 1;
+  std::chrono::milliseconds timeout{std::chrono::minutes(5)};  // setup; calls' default
+  std::string group_name;
+  Settings settings;
+  std::string store_host;  // host of the rendezvous store: its route picks the TCP address
+  // Dynamic straggler without a shared-memory board (TCP): where arrivals meet (the adapter
+  // builds one on the c10d store). Null: dynamic mode needs the transport's board.
+  std::function<std::unique_ptr<ArrivalBoard>()> make_store_board;
+};
+
+// How all_reduce runs: in-process (one rank), on stragg's executor over a transport, or
+// delegated to the inner backend (AllreduceCall::delegate).
+enum class AllreducePath { Local, Executor, Delegate };
+
+// One all_reduce, in place on `data` (contiguous, `numel` elements of `dtype`).
+struct AllreduceCall {
+  const char* name = "all_reduce";
+  void* data = nullptr;
+  size_t numel = 0;
+  DType dtype = DType::Float32;
+  ReduceOp op = ReduceOp::Sum;
+  bool premul = false;  // PREMUL_SUM: scale by premul_factor first
+  double premul_factor = 1.0;
+  bool average = false;  // AVG: divide by the group size after the SUM
+  std::chrono::milliseconds timeout{0};
+  // Delegate path only: reduces `data` in place on another backend with op/dtype (premul and
+  // average are applied around it by the session).
+  std::function<void()> delegate;
+  // Worker thread, exactly once: nullptr when `data` holds the result, else the error (a
+  // stragg::Error naming rank, call and cause). Also called, with the cancellation error, if the
+  // session stops before the call runs.
+  std::function<void(std::exception_ptr)> done;
+};
+
+class Session {
+ public:
+  // Collective over the group: setup (throws stragg::Error / TimeoutError / SettingsError naming
+  // the problem; nothing is left behind).
+  Session(Rendezvous& rdv, SessionOptions options);
+  // Drains the calls still queued (each bounded by its timeout), then stops.
+  ~Session();
+  Session(const Session&) = delete;
+  Session& operator=(const Session&) = delete;
+
+  int rank() const { return opt_.rank; }
+  int size() const { return opt_.size; }
+  AllreducePath path() const { return path_; }
+  bool same_host() const { return same_host_; }
+  const Settings& settings() const { return opt_.settings; }
+  // "local", "shm", "tcp" or "gloo" (delegated).
+  std::string transport_name() const;
+  // What the group runs: the fixed algorithm or "auto" ("gloo" when delegated, "local" alone).
+  std::string algorithm_name() const;
+  Straggler straggler() const;
+
+  // Queues a call; returns its sequence number (0, 1, ... on this group). Throws stragg::Error
+  // if the session was shut down or aborted.
+  uint64_t submit(AllreduceCall call);
+  // Collective, queued like a call: runs a link probe; done(error) on the worker thread.
+  void measure_links(std::function<void(std::exception_ptr)> done);
+
+  // Counters (allreduce_calls, allreduce_bytes, failed_calls, busy_us, wait_us, pre_arrival_us,
+  // agreement_us, dynamic_straggler_calls, dynamic_plain_calls, last_straggler, rank, size,
+  // transport options).
+  std::map<std::string, int64_t> stats() const;
+  // The last calls, oldest first (at most kCallHistory).
+  std::vector<CallRecord> recent_calls() const;
+  static constexpr size_t kCallHistory = 1024;
+
+  // Profiler state (identical on every rank after each exchange); *enabled = false if profiling
+  // is off or all_reduce does not run on the executor.
+  ProfilerSummary profiler_summary(bool* enabled) const;
+  const ProfilerSettings& profiler_settings() const { return profiler_settings_; }
+  LinkModel link_model(std::string* source) const;
+  std::vector<LinkModel> link_matrix() const;
+  // The dynamic straggler's wait-or-proceed window for a call of `bytes`.
+  std::chrono::microseconds dynamic_window_for(size_t bytes) const;
+
+  // Stops accepting calls; queued calls still run (drain) or fail with `why` (abort). abort()
+  // also tells every peer the group is unusable, so their calls raise at once.
+  void shutdown(const std::string& why);
+  void abort(const std::string& why);
+  // The reason the group was aborted (by any rank), if it was.
+  std::optional<std::string> abort_reason() const;
+
+ private:
+  void run_call(AllreduceCall& call, CallRecord& record);
+  void run_on_executor(AllreduceCall& call, CallRecord& record);
+  void finish_call(AllreduceCall& call, CallRecord& record, std::exception_ptr error);
+  int call_straggler(const CollectiveSpec& spec, size_t bytes, AllreduceCall& call,
+                     CallRecord& record);
+  CollectiveSpec next_spec(const char* name, DType dtype, size_t numel);
+  std::string prefix() const;
+
+  SessionOptions opt_;
+  ProfilerSettings profiler_settings_;
+  AllreducePath path_ = AllreducePath::Local;
+  bool same_host_ = true;
+  std::unique_ptr<Transport> transport_;
+  std::unique_ptr<Executor> executor_;
+  std::unique_ptr<Planner> planner_;
+  std::unique_ptr<GroupProfiler> profiler_;
+  std::unique_ptr<ArrivalBoard> store_board_;
+  std::unique_ptr<SerialWorker> worker_;
+
+  std::mutex submit_mu_;
+  uint64_t next_seq_ = 0;
+  std::string stop_reason_;
+
+  // Worker-thread state.
+  uint64_t wire_seq_ = 0;    // collectives on the wire (user calls and internal ones)
+  uint64_t agreements_ = 0;  // dynamic straggler agreements so far (the arrival board's key)
+
+  std::atomic<int64_t> allreduce_calls_{0};
+  std::atomic<int64_t> allreduce_bytes_{0};
+  std::atomic<int64_t> failed_calls_{0};
+  std::atomic<int64_t> dynamic_straggler_calls_{0};  // agreed on a straggler: StragglAR ran
+  std::atomic<int64_t> dynamic_plain_calls_{0};      // everybody in time: plain Ring ran
+  std::atomic<int64_t> last_straggler_{-1};
+  mutable std::mutex history_mu_;
+  std::deque<CallRecord> history_;
+  ExecutorStats executor_totals_;  // copy of the executor's counters after each call
+};
+
+}  // namespace stragg

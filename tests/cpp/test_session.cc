@@ -1,0 +1,379 @@
+// The session without torch: threads play the ranks of one group over the in-process shared
+// memory transport (same host), an in-memory rendezvous stands in for the c10d store.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <cmath>
+#include <cstring>
+#include <future>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "runtime/error.h"
+#include "session/session.h"
+#include "test_util.h"
+
+namespace stragg {
+namespace {
+
+using testing::InMemoryRendezvous;
+using testing::run_ranks;
+
+SessionOptions options(int rank, int size, Settings settings = Settings{},
+                       std::chrono::milliseconds timeout = std::chrono::seconds(60)) {
+  SessionOptions o;
+  o.rank = rank;
+  o.size = size;
+  o.timeout = timeout;
+  o.group_name = "test";
+  settings.shm_slot_bytes = 8192;  // small slots: larger calls stream through many pieces
+  o.settings = settings;
+  return o;
+}
+
+// Submits an all_reduce and returns a future that holds its error (nullptr: success).
+std::future<std::exception_ptr> submit(Session& s, void* data, size_t numel, DType dtype,
+                                       ReduceOp op = ReduceOp::Sum,
+                                       std::chrono::milliseconds timeout = std::chrono::seconds(60)) {
+  auto promise = std::make_shared<std::promise<std::exception_ptr>>();
+  AllreduceCall call;
+  call.data = data;
+  call.numel = numel;
+  call.dtype = dtype;
+  call.op = op;
+  call.timeout = timeout;
+  call.done = [promise](std::exception_ptr e) { promise->set_value(e); };
+  s.submit(std::move(call));
+  return promise->get_future();
+}
+
+std::string message(std::exception_ptr e) {
+  try {
+    std::rethrow_exception(e);
+  } catch (const std::exception& x) {
+    return x.what();
+  }
+  return "";
+}
+
+double value(int rank, size_t i) { return static_cast<double>((rank * 7 + i * 3) % 23) - 11; }
+
+TEST(Session, SumAndMaxMatchTheReferenceAndAreBitwiseIdentical) {
+  const int n = 4;
+  InMemoryRendezvous rdv;
+  const std::vector<size_t> sizes = {0, 1, 7, 5003, 200000};
+  std::vector<std::vector<std::vector<float>>> out(n);
+  std::vector<std::vector<CallRecord>> records(n);
+  run_ranks(n, [&](int r) {
+    Session s(rdv, options(r, n));
+    EXPECT_EQ(s.transport_name(), "shm");
+    EXPECT_EQ(s.path(), AllreducePath::Executor);
+    std::vector<std::vector<float>> bufs;
+    for (size_t numel : sizes) {
+      std::vector<float> b(numel);
+      for (size_t i = 0; i < numel; ++i) b[i] = static_cast<float>(value(r, i));
+      bufs.push_back(b);
+    }
+    std::vector<std::future<std::exception_ptr>> done;
+    for (auto& b : bufs) done.push_back(submit(s, b.data(), b.size(), DType::Float32));
+    std::vector<float> mx(100);
+    for (size_t i = 0; i < mx.size(); ++i) mx[i] = static_cast<float>(value(r, i));
+    done.push_back(submit(s, mx.data(), mx.size(), DType::Float32, ReduceOp::Max));
+    for (auto& f : done) EXPECT_EQ(f.get(), nullptr);
+    bufs.push_back(mx);
+    out[r] = bufs;
+    records[r] = s.recent_calls();
+    EXPECT_EQ(s.stats()["allreduce_calls"], static_cast<int64_t>(sizes.size() + 1));
+  });
+  for (size_t c = 0; c < sizes.size(); ++c) {
+    for (size_t i = 0; i < sizes[c]; ++i) {
+      double ref = 0;
+      for (int r = 0; r < n; ++r) ref += value(r, i);
+      ASSERT_EQ(out[0][c][i], static_cast<float>(ref)) << "call " << c << " element " << i;
+    }
+  }
+  for (size_t i = 0; i < 100; ++i) {
+    double ref = value(0, i);
+    for (int r = 1; r < n; ++r) ref = std::max(ref, value(r, i));
+    ASSERT_EQ(out[0][sizes.size()][i], static_cast<float>(ref));
+  }
+  for (int r = 1; r < n; ++r) {
+    for (size_t c = 0; c < out[0].size(); ++c) {
+      ASSERT_EQ(0, std::memcmp(out[r][c].data(), out[0][c].data(), out[0][c].size() * 4))
+          << "rank " << r << " call " << c;
+    }
+  }
+  // Records: one per call, in issue order, with what ran.
+  for (int r = 0; r < n; ++r) {
+    ASSERT_EQ(records[r].size(), sizes.size() + 1);
+    for (size_t c = 0; c < records[r].size(); ++c) {
+      EXPECT_EQ(records[r][c].seq, c);
+      EXPECT_TRUE(records[r][c].ok);
+      EXPECT_FALSE(records[r][c].algorithm.empty());
+      EXPECT_EQ(records[r][c].algorithm, records[0][c].algorithm);
+    }
+  }
+}
+
+TEST(Session, AverageAndPremulAreAppliedAroundTheSum) {
+  const int n = 3;
+  InMemoryRendezvous rdv;
+  std::vector<std::vector<double>> out(n);
+  run_ranks(n, [&](int r) {
+    Session s(rdv, options(r, n));
+    std::vector<double> avg(10, r + 1.0), pre(10, r + 1.0);
+    auto promise_avg = std::make_shared<std::promise<std::exception_ptr>>();
+    AllreduceCall a;
+    a.data = avg.data();
+    a.numel = avg.size();
+    a.dtype = DType::Float64;
+    a.average = true;
+    a.timeout = std::chrono::seconds(60);
+    a.done = [promise_avg](std::exception_ptr e) { promise_avg->set_value(e); };
+    s.submit(std::move(a));
+    auto promise_pre = std::make_shared<std::promise<std::exception_ptr>>();
+    AllreduceCall p;
+    p.data = pre.data();
+    p.numel = pre.size();
+    p.dtype = DType::Float64;
+    p.premul = true;
+    p.premul_factor = 0.5;
+    p.timeout = std::chrono::seconds(60);
+    p.done = [promise_pre](std::exception_ptr e) { promise_pre->set_value(e); };
+    s.submit(std::move(p));
+    EXPECT_EQ(promise_avg->get_future().get(), nullptr);
+    EXPECT_EQ(promise_pre->get_future().get(), nullptr);
+    out[r] = {avg[0], pre[0]};
+  });
+  for (int r = 0; r < n; ++r) {
+    EXPECT_EQ(out[r][0], 2.0);  // (1 + 2 + 3) / 3
+    EXPECT_EQ(out[r][1], 3.0);  // 0.5 * (1 + 2 + 3)
+  }
+}
+
+TEST(Session, SettingsThatMustMatchAreCheckedAtSetup) {
+  const int n = 3;
+  InMemoryRendezvous rdv;
+  std::vector<std::string> errors(n);
+  run_ranks(n, [&](int r) {
+    Settings s;
+    s.algo = r == 2 ? Algorithm::Rhd : Algorithm::Ring;
+    try {
+      Session session(rdv, options(r, n, s));
+    } catch (const SettingsError& e) {
+      errors[r] = e.what();
+    }
+  });
+  for (int r = 0; r < n; ++r) {
+    EXPECT_NE(errors[r].find("STRAGG_ALGO mismatch"), std::string::npos) << errors[r];
+    EXPECT_NE(errors[r].find("'rhd'"), std::string::npos) << errors[r];
+    EXPECT_NE(errors[r].find("'ring'"), std::string::npos) << errors[r];
+  }
+}
+
+TEST(Session, ConfiguredStragglerRunsStragglar) {
+  const int n = 4;
+  InMemoryRendezvous rdv;
+  std::vector<std::string> algos(n);
+  run_ranks(n, [&](int r) {
+    Settings s;
+    s.straggler = Straggler::of_rank(2);
+    Session session(rdv, options(r, n, s));
+    std::vector<float> b(1000, 1.0f);
+    if (r == 2) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    EXPECT_EQ(submit(session, b.data(), b.size(), DType::Float32).get(), nullptr);
+    EXPECT_EQ(b[0], 4.0f);
+    algos[r] = session.recent_calls().back().algorithm;
+    EXPECT_EQ(session.recent_calls().back().straggler, 2);
+  });
+  for (int r = 0; r < n; ++r) EXPECT_EQ(algos[r], "stragglar");
+}
+
+TEST(Session, ProfilerFindsAPersistentStraggler) {
+  const int n = 3;
+  InMemoryRendezvous rdv;
+  std::vector<int> found(n, -1);
+  std::vector<std::string> last_algo(n);
+  run_ranks(n, [&](int r) {
+    Settings s;
+    s.profile_every = 4;
+    s.profile_window = 8;
+    s.probe_every = 0;
+    Session session(rdv, options(r, n, s));
+    std::vector<float> b(1 << 16, 1.0f);
+    for (int call = 0; call < 24; ++call) {
+      if (r == 1) std::this_thread::sleep_for(std::chrono::milliseconds(30));
+      EXPECT_EQ(submit(session, b.data(), b.size(), DType::Float32).get(), nullptr);
+    }
+    bool enabled = false;
+    found[r] = session.profiler_summary(&enabled).straggler;
+    EXPECT_TRUE(enabled);
+    last_algo[r] = session.recent_calls().back().algorithm;
+  });
+  for (int r = 0; r < n; ++r) {
+    EXPECT_EQ(found[r], 1) << "rank " << r;
+    EXPECT_EQ(last_algo[r], "stragglar") << "rank " << r;
+  }
+}
+
+TEST(Session, DynamicStragglerIsAgreedPerCall) {
+  const int n = 3;
+  InMemoryRendezvous rdv;
+  std::vector<int> agreed(n, -2);
+  run_ranks(n, [&](int r) {
+    Settings s;
+    s.straggler = Straggler::dynamic();
+    s.dynamic_window_us = 0;  // go without the last rank at once
+    Session session(rdv, options(r, n, s));
+    std::vector<float> b(4096, 1.0f);
+    if (r == 0) std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    EXPECT_EQ(submit(session, b.data(), b.size(), DType::Float32).get(), nullptr);
+    EXPECT_EQ(b[0], 3.0f);
+    agreed[r] = session.recent_calls().back().straggler;
+  });
+  for (int r = 0; r < n; ++r) EXPECT_EQ(agreed[r], 0) << "rank " << r;
+}
+
+TEST(Session, MissingRankIsNamedAtTheTimeout) {
+  const int n = 3;
+  InMemoryRendezvous rdv;
+  std::vector<std::string> errors(n);
+  run_ranks(n, [&](int r) {
+    Settings s;
+    s.profile = false;
+    Session session(rdv, options(r, n, s));
+    if (r == 2) return;  // never calls all_reduce (its session drains nothing)
+    std::vector<float> b(64, 1.0f);
+    errors[r] = message(
+        submit(session, b.data(), b.size(), DType::Float32, ReduceOp::Sum,
+               std::chrono::milliseconds(300))
+            .get());
+  });
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_NE(errors[r].find("rank 2 has not called all_reduce #0"), std::string::npos)
+        << errors[r];
+  }
+}
+
+TEST(Session, AbortFailsQueuedCallsAndLaterCallsRaise) {
+  const int n = 2;
+  InMemoryRendezvous rdv;
+  std::vector<std::string> first(n), later(n);
+  run_ranks(n, [&](int r) {
+    Session session(rdv, options(r, n));
+    std::vector<float> b(64, 1.0f);
+    EXPECT_EQ(submit(session, b.data(), b.size(), DType::Float32).get(), nullptr);
+    if (r == 0) {
+      session.abort("the user aborted the group");
+      try {
+        submit(session, b.data(), b.size(), DType::Float32);
+      } catch (const Error& e) {
+        later[r] = e.what();
+      }
+    } else {
+      first[r] = message(submit(session, b.data(), b.size(), DType::Float32).get());
+    }
+  });
+  EXPECT_NE(later[0].find("aborted"), std::string::npos) << later[0];
+  EXPECT_NE(first[1].find("the user aborted the group"), std::string::npos) << first[1];
+}
+
+TEST(Session, ShutdownRunsTheCallsStillQueued) {
+  const int n = 3;
+  InMemoryRendezvous rdv;
+  std::vector<std::vector<float>> out(n);
+  run_ranks(n, [&](int r) {
+    auto session = std::make_unique<Session>(rdv, options(r, n));
+    std::vector<std::vector<float>> bufs(6, std::vector<float>(10000, 1.0f));
+    std::vector<std::future<std::exception_ptr>> done;
+    for (auto& b : bufs) done.push_back(submit(*session, b.data(), b.size(), DType::Float32));
+    session->shutdown("the process group was destroyed");
+    for (auto& f : done) EXPECT_EQ(f.get(), nullptr);
+    for (auto& b : bufs) out[r].push_back(b[9999]);
+  });
+  for (int r = 0; r < n; ++r) {
+    for (float v : out[r]) EXPECT_EQ(v, 3.0f);
+  }
+}
+
+TEST(Session, DelegatePathRunsTheCallersReduction) {
+  const int n = 2;
+  InMemoryRendezvous rdv;
+  std::atomic<int> delegated{0};
+  run_ranks(n, [&](int r) {
+    Settings s;
+    s.transport = TransportChoice::Gloo;
+    Session session(rdv, options(r, n, s));
+    EXPECT_EQ(session.path(), AllreducePath::Delegate);
+    EXPECT_EQ(session.transport_name(), "gloo");
+    std::vector<double> b(4, 3.0);
+    auto promise = std::make_shared<std::promise<std::exception_ptr>>();
+    AllreduceCall call;
+    call.data = b.data();
+    call.numel = b.size();
+    call.dtype = DType::Float64;
+    call.average = true;
+    call.timeout = std::chrono::seconds(10);
+    // Stands in for the inner Gloo backend: the sum of two ranks holding 3.0.
+    call.delegate = [&delegated, &b] {
+      delegated.fetch_add(1);
+      for (double& x : b) x *= 2;
+    };
+    call.done = [promise](std::exception_ptr e) { promise->set_value(e); };
+    session.submit(std::move(call));
+    EXPECT_EQ(promise->get_future().get(), nullptr);
+    EXPECT_EQ(b[0], 3.0);  // (3 + 3) / 2
+    EXPECT_EQ(session.recent_calls().back().algorithm, "gloo");
+  });
+  EXPECT_EQ(delegated.load(), n);
+}
+
+TEST(Session, LinkProbeFillsTheMatrix) {
+  const int n = 3;
+  InMemoryRendezvous rdv;
+  run_ranks(n, [&](int r) {
+    Session session(rdv, options(r, n));
+    std::promise<std::exception_ptr> p;
+    session.measure_links([&p](std::exception_ptr e) { p.set_value(e); });
+    EXPECT_EQ(p.get_future().get(), nullptr);
+    const auto m = session.link_matrix();
+    for (int i = 0; i < n; ++i) {
+      for (int j = 0; j < n; ++j) {
+        const LinkModel& l = m[static_cast<size_t>(i) * n + j];
+        if (i == j) {
+          EXPECT_LT(l.alpha_s, 0);
+        } else {
+          EXPECT_GT(l.alpha_s, 0) << i << "->" << j;
+          EXPECT_GT(l.beta_s_per_byte, 0) << i << "->" << j;
+        }
+      }
+    }
+    std::string source;
+    session.link_model(&source);
+    EXPECT_EQ(source, "measured");
+  });
+}
+
+TEST(Session, OneRankRunsLocally) {
+  InMemoryRendezvous rdv;
+  Session s(rdv, options(0, 1));
+  EXPECT_EQ(s.path(), AllreducePath::Local);
+  EXPECT_EQ(s.transport_name(), "local");
+  std::vector<int64_t> b = {4, -6};
+  auto promise = std::make_shared<std::promise<std::exception_ptr>>();
+  AllreduceCall call;
+  call.data = b.data();
+  call.numel = 2;
+  call.dtype = DType::Int64;
+  call.average = true;
+  call.done = [promise](std::exception_ptr e) { promise->set_value(e); };
+  s.submit(std::move(call));
+  EXPECT_EQ(promise->get_future().get(), nullptr);
+  EXPECT_EQ(b[0], 4);
+  EXPECT_EQ(b[1], -6);
+}
+
+}  // namespace
+}  // namespace stragg
