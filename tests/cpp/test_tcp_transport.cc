@@ -38,7 +38,6 @@ using testing::eventually;
 using testing::InMemoryRendezvous;
 using testing::kLongWait;
 using testing::run_ranks;
-using testing::VectorSink;
 
 int count_open_fds() {
   int n = 0;
@@ -208,16 +207,11 @@ TEST(TcpTransport, AnIdleStrayConnectionDoesNotHoldSetupUp) {
   rank0.join();
   close(s);
   ASSERT_TRUE(t0);
-  SendOp send;
-  send.peer = 0;
-  send.header.step = 3;
+  SendOp send = testing::make_send(0, nullptr, 0, 3);
   testing::drive(t1, &send, nullptr);
-  VectorSink sink;
-  RecvOp recv;
-  recv.peer = 1;
-  recv.sink = &sink;
-  testing::drive(*t0, nullptr, &recv);
-  EXPECT_EQ(sink.header.step, 3u);
+  testing::Receive recv(1);
+  testing::drive(*t0, nullptr, &recv.op);
+  EXPECT_EQ(recv.sink.header.step, 3u);
 }
 
 // ------------------------------------------------------------------------------------------------
@@ -243,10 +237,7 @@ TEST(TcpTransport, RejectedMessageLeavesTheStreamUnusable) {
   InMemoryRendezvous rdv;
   auto ts = testing::make_group(rdv, 2, tcp_maker());
   std::vector<uint8_t> payload(1000, 1);
-  SendOp s;
-  s.peer = 1;
-  s.data = payload.data();
-  s.header.payload_bytes = payload.size();
+  SendOp s = testing::make_send(1, payload.data(), payload.size());
   testing::drive(*ts[0], &s, nullptr);
   RejectingSink bad;
   RecvOp r1;
@@ -262,12 +253,9 @@ TEST(TcpTransport, RejectedMessageLeavesTheStreamUnusable) {
     return !rejection.empty();
   }));
   EXPECT_EQ(rejection, "rejected");
-  VectorSink good;
-  RecvOp r2;
-  r2.peer = 0;
-  r2.sink = &good;
+  testing::Receive r2(0);
   try {
-    ts[1]->progress(r2);
+    ts[1]->progress(r2.op);
     FAIL() << "expected the stream to be unusable";
   } catch (const Error& e) {
     const std::string msg = e.what();
@@ -317,10 +305,7 @@ TEST(TcpTransport, ClosedPeerIsReportedDeadWithoutWaiting) {
   ASSERT_TRUE(eventually([&] { return ts[1]->dead_peers() == std::vector<int>{2}; }));
   // Sending to it fails quietly (no SIGPIPE); the executor learns it from dead_peers().
   std::vector<uint8_t> payload(1 << 20, 1);
-  SendOp s;
-  s.peer = 2;
-  s.data = payload.data();
-  s.header.payload_bytes = payload.size();
+  SendOp s = testing::make_send(2, payload.data(), payload.size());
   for (int i = 0; i < 100 && !s.done; ++i) ts[0]->progress(s);
   EXPECT_FALSE(s.done);
   EXPECT_EQ(ts[0]->dead_peers(), std::vector<int>{2});

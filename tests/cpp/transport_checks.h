@@ -92,6 +92,28 @@ class VectorSink : public RecvSink {
   int pieces = 0;
 };
 
+// A receive from `peer` into a VectorSink.
+struct Receive {
+  explicit Receive(int peer) {
+    op.peer = peer;
+    op.sink = &sink;
+  }
+  Receive(const Receive&) = delete;
+  Receive& operator=(const Receive&) = delete;
+  VectorSink sink;
+  RecvOp op;
+};
+
+// A send of `bytes` from `data` to `peer`, from schedule step `step`.
+inline SendOp make_send(int peer, const void* data, size_t bytes, uint32_t step = 0) {
+  SendOp s;
+  s.peer = peer;
+  s.data = data;
+  s.header.payload_bytes = bytes;
+  s.header.step = step;
+  return s;
+}
+
 // Drives the ops to completion like the executor does.
 inline void drive(Transport& t, SendOp* s, RecvOp* r) {
   const auto deadline = std::chrono::steady_clock::now() + kHangGuard;
@@ -177,20 +199,14 @@ inline void check_streams_messages_in_fifo_order(const MakeTransport& make, size
     for (size_t k = 0; k < payloads.size(); ++k) {
       const size_t bytes = payloads[k] ? payloads[k]->size() : 0;
       if (r == 0) {
-        SendOp s;
-        s.peer = 1;
-        s.header.step = static_cast<uint32_t>(k + 1);
+        SendOp s = make_send(1, payloads[k] ? payloads[k]->data() : nullptr, bytes, k + 1);
         s.header.coll_seq = 42;
-        s.header.payload_bytes = bytes;
-        s.data = payloads[k] ? payloads[k]->data() : nullptr;
         drive(*t, &s, nullptr);
         continue;
       }
-      VectorSink sink;
-      RecvOp rv;
-      rv.peer = 0;
-      rv.sink = &sink;
-      drive(*t, nullptr, &rv);
+      Receive rv(0);
+      drive(*t, nullptr, &rv.op);
+      const VectorSink& sink = rv.sink;
       (*pieces)[k] = sink.pieces;
       EXPECT_EQ(sink.headers, 1);
       EXPECT_EQ(sink.header.step, k + 1);
@@ -209,15 +225,10 @@ inline void check_full_duplex_exchange(const MakeTransport& make, size_t n) {
     auto t = make(rdv, r, 2);
     std::vector<uint8_t> out(n);
     for (size_t i = 0; i < n; ++i) out[i] = static_cast<uint8_t>(i * (r + 1));
-    SendOp s;
-    s.peer = 1 - r;
-    s.data = out.data();
-    s.header.payload_bytes = n;
-    VectorSink k;
-    RecvOp rv;
-    rv.peer = 1 - r;
-    rv.sink = &k;
-    drive(*t, &s, &rv);
+    SendOp s = make_send(1 - r, out.data(), n);
+    Receive rv(1 - r);
+    drive(*t, &s, &rv.op);
+    const VectorSink& k = rv.sink;
     ASSERT_EQ(k.data.size(), n);
     for (size_t i = 0; i < n; i += 4099) {
       ASSERT_EQ(k.data[i], static_cast<uint8_t>(i * (2 - r))) << "byte " << i;
@@ -292,35 +303,24 @@ inline void check_abort_wakes_a_rank_waiting_on_another_peer(const MakeTransport
                                                              long sleep_nr) {
   InMemoryRendezvous rdv;
   auto ts = make_group(rdv, 3, make);
-  VectorSink sink;
-  RecvOp rv;
-  rv.peer = 2;
-  rv.sink = &sink;
-  EXPECT_FALSE(ts[0]->progress(rv));
+  Receive rv(2);
+  EXPECT_FALSE(ts[0]->progress(rv.op));
   EXPECT_EQ(wake_sleeping_waiter(*ts[0], sleep_nr, [&] { ts[1]->signal_abort("rank 1 gives up"); }),
             "");
   EXPECT_EQ(ts[0]->abort_reason().value_or(""), "rank 1 gives up");
-  EXPECT_FALSE(rv.done);
+  EXPECT_FALSE(rv.op.done);
 }
 
 // Rank 1 sleeps waiting for a message; rank 0 sends it: the data wakes rank 1.
 inline void check_data_wakes_a_sleeping_receiver(const MakeTransport& make, long sleep_nr) {
   InMemoryRendezvous rdv;
   auto ts = make_group(rdv, 2, make);
-  VectorSink sink;
-  RecvOp rv;
-  rv.peer = 0;
-  rv.sink = &sink;
-  EXPECT_FALSE(ts[1]->progress(rv));
-  const std::string problem = wake_sleeping_waiter(*ts[1], sleep_nr, [&] {
-    SendOp s;
-    s.peer = 1;
-    s.header.step = 9;
-    drive(*ts[0], &s, nullptr);
-  });
-  EXPECT_EQ(problem, "");
-  drive(*ts[1], nullptr, &rv);
-  EXPECT_EQ(sink.header.step, 9u);
+  Receive rv(0);
+  EXPECT_FALSE(ts[1]->progress(rv.op));
+  SendOp s = make_send(1, nullptr, 0, 9);
+  EXPECT_EQ(wake_sleeping_waiter(*ts[1], sleep_nr, [&] { drive(*ts[0], &s, nullptr); }), "");
+  drive(*ts[1], nullptr, &rv.op);
+  EXPECT_EQ(rv.sink.header.step, 9u);
   EXPECT_FALSE(ts[1]->abort_reason().has_value());
 }
 

@@ -48,11 +48,7 @@ SetupRecord parse_record(int rank, int peer, const std::string& value) {
 
 ShmTransport::ShmTransport(Rendezvous& rdv, const std::string& key_prefix, int rank, int size,
                            const ShmOptions& options)
-    : rank_(rank), size_(size), options_(options) {
-  if (size < 1 || rank < 0 || rank >= size) {
-    throw Error("stragg: shm transport: invalid rank " + std::to_string(rank) + " of " +
-                std::to_string(size));
-  }
+    : GroupTransport("shm", rank, size), options_(options) {
   options_.slot_bytes =
       transport::round_up(std::max<size_t>(options_.slot_bytes, shm::kPage), shm::kPage);
   options_.num_slots = std::max<size_t>(options_.num_slots, 1);
@@ -142,12 +138,6 @@ void ShmTransport::ring_all_doorbells() {
 
 // ------------------------------------------------------------------------------------------------
 // Messages
-
-void ShmTransport::check_peer(int peer, const char* what) const {
-  if (peer == rank_ || peer < 0 || peer >= size_) {
-    throw Error(rank_prefix(rank_) + "invalid " + what + " peer " + std::to_string(peer));
-  }
-}
 
 void ShmTransport::ensure_channel_backed(int peer) {
   if (channel_backed_[peer]) return;

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "runtime/rendezvous.h"
+#include "transport/group_transport.h"
 #include "transport/transport.h"
 
 namespace stragg {
@@ -35,7 +36,7 @@ struct ShmOptions {
   std::chrono::milliseconds setup_timeout{std::chrono::minutes(5)};
 };
 
-class ShmTransport final : public Transport {
+class ShmTransport final : public GroupTransport {
  public:
   // Collective over all `size` ranks: creates this rank's segment, maps every peer's segment
   // (names exchanged through `rdv` under `key_prefix`), then unlinks the names.
@@ -44,12 +45,7 @@ class ShmTransport final : public Transport {
                const ShmOptions& options);
   ~ShmTransport() override;
 
-  ShmTransport(const ShmTransport&) = delete;
-  ShmTransport& operator=(const ShmTransport&) = delete;
-
   const char* name() const override { return "shm"; }
-  int rank() const override { return rank_; }
-  int size() const override { return size_; }
 
   // Both ring the peer's doorbell when anything moved.
   bool progress(SendOp& op) override;
@@ -80,11 +76,8 @@ class ShmTransport final : public Transport {
   shm::ControlBlock* control(int r) const;
   void ring_doorbell(int r);
   void ring_all_doorbells();
-  void check_peer(int peer, const char* what) const;
   void ensure_channel_backed(int peer);
 
-  int rank_;
-  int size_;
   ShmOptions options_;
   std::unique_ptr<shm::Layout> layout_;
   std::vector<std::unique_ptr<shm::Segment>> segments_;  // one per rank, ours included

@@ -30,11 +30,7 @@ struct TcpTransport::Peer {
 
 TcpTransport::TcpTransport(Rendezvous& rdv, const std::string& key_prefix, int rank, int size,
                            const TcpOptions& options)
-    : rank_(rank), size_(size), options_(options) {
-  if (size < 1 || rank < 0 || rank >= size) {
-    throw Error("stragg: tcp transport: invalid rank " + std::to_string(rank) + " of " +
-                std::to_string(size));
-  }
+    : GroupTransport("tcp", rank, size), options_(options) {
   options_.staging_bytes = transport::round_up(
       std::max(options_.staging_bytes, tcp::kMinStagingBytes), tcp::kPieceAlign);
   tcp::Mesh mesh = tcp::connect_mesh(rdv, key_prefix, rank_, size_, options_);
@@ -52,9 +48,7 @@ TcpTransport::TcpTransport(Rendezvous& rdv, const std::string& key_prefix, int r
 TcpTransport::~TcpTransport() = default;
 
 TcpTransport::Peer& TcpTransport::peer_for(int peer, const char* what) {
-  if (peer == rank_ || peer < 0 || peer >= size_) {
-    throw Error(rank_prefix(rank_) + "invalid " + what + " peer " + std::to_string(peer));
-  }
+  check_peer(peer, what);
   return peers_[peer];
 }
 
@@ -75,17 +69,17 @@ void TcpTransport::mark_dead(int peer) {
 
 bool TcpTransport::progress(SendOp& op) {
   if (op.done) return false;
-  tcp::DataConnection& d = peer_for(op.peer, "send").data;
-  const bool moved = d.progress(op);
-  if (d.ended()) mark_dead(op.peer);
-  return moved;
+  return after_data_progress(op.peer, peer_for(op.peer, "send").data.progress(op));
 }
 
 bool TcpTransport::progress(RecvOp& op) {
   if (op.done) return false;
-  tcp::DataConnection& d = peer_for(op.peer, "receive").data;
-  const bool moved = d.progress(op);
-  if (d.ended()) mark_dead(op.peer);
+  return after_data_progress(op.peer, peer_for(op.peer, "receive").data.progress(op));
+}
+
+// A data connection found ended by progress() means a dead peer.
+bool TcpTransport::after_data_progress(int peer, bool moved) {
+  if (peers_[peer].data.ended()) mark_dead(peer);
   return moved;
 }
 

@@ -33,6 +33,7 @@
 #include <vector>
 
 #include "runtime/rendezvous.h"
+#include "transport/group_transport.h"
 #include "transport/transport.h"
 
 namespace stragg {
@@ -56,7 +57,7 @@ struct TcpOptions {
   int socket_recv_buffer = 0;         // SO_RCVBUF bytes; 0 keeps the kernel's autotuning
 };
 
-class TcpTransport final : public Transport {
+class TcpTransport final : public GroupTransport {
  public:
   // Collective over all `size` ranks: listens, publishes the address through `rdv` under
   // `key_prefix`, connects the full mesh and checks every peer's identity. Throws stragg::Error
@@ -66,14 +67,9 @@ class TcpTransport final : public Transport {
   // Closing the sockets is the goodbye: peers see EOF.
   ~TcpTransport() override;
 
-  TcpTransport(const TcpTransport&) = delete;
-  TcpTransport& operator=(const TcpTransport&) = delete;
-
   const char* name() const override { return "tcp"; }
-  int rank() const override { return rank_; }
-  int size() const override { return size_; }
 
-  // Data connection of op.peer; a send that finds it ended marks the peer dead.
+  // On op.peer's data connection; finding it ended marks the peer dead.
   bool progress(SendOp& op) override;
   bool progress(RecvOp& op) override;
   uint64_t activity_token() override;
@@ -96,6 +92,7 @@ class TcpTransport final : public Transport {
   struct Peer;  // a peer's data and control connection and whether it died
 
   Peer& peer_for(int peer, const char* what);
+  bool after_data_progress(int peer, bool moved);
   void mark_dead_locked(int peer);
   void mark_dead(int peer);
   void set_abort_reason_locked(std::string reason);
@@ -106,8 +103,6 @@ class TcpTransport final : public Transport {
   void fill_poll_set();
   void handle_poll_results();
 
-  int rank_;
-  int size_;
   TcpOptions options_;
   std::string listen_address_;
   std::vector<Peer> peers_;  // indexed by rank; our own entry stays unused
