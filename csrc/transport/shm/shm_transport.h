@@ -1,19 +1,14 @@
 // Shared-memory transport for ranks on one host (no torch here).
 //
-// Each rank owns one POSIX shared-memory segment holding its control block (doorbell, arrival
-// ticket, abort flag and message, pid) and one outgoing channel per peer: a ring of `num_slots`
-// slots of `slot_bytes` each. Messages are streamed through the slots in pieces, so staging
-// memory per peer is bounded (num_slots * slot_bytes) whatever the tensor size. The receiver
-// consumes pieces straight from the sender's slots (reducing or copying into its own buffer), so
-// a piece crosses memory once.
-//
-// Every rank maps every peer's segment; once all ranks have mapped all segments the names are
-// unlinked, so nothing is left in /dev/shm even if a process is killed later. Waiting is
-// spin -> yield -> futex sleep on the rank's doorbell (an event count), which matters when more
-// ranks than cores share the machine.
+// Each rank owns one POSIX shared-memory segment (segment.h) holding its control block and one
+// outgoing channel per peer (layout.h): a ring of `num_slots` slots of `slot_bytes` each through
+// which messages stream in pieces (channel.h), so staging memory per peer is bounded whatever the
+// tensor size and a piece crosses memory once. Waiting sleeps on the rank's doorbell
+// (doorbell.h); the arrival board for straggler agreement lives in rank 0's segment
+// (arrival_board.h). Every rank maps every peer's segment, then the names are unlinked, so
+// nothing is left in /dev/shm even if a process is killed later.
 #pragma once
 
-#include <atomic>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -22,9 +17,16 @@
 #include <vector>
 
 #include "runtime/rendezvous.h"
+#include "transport/group_transport.h"
 #include "transport/transport.h"
 
 namespace stragg {
+
+namespace shm {
+struct ControlBlock;
+struct Layout;
+class Segment;
+}  // namespace shm
 
 struct ShmOptions {
   size_t slot_bytes = 512 * 1024;  // payload bytes per slot (rounded up to 4 KiB)
@@ -34,7 +36,7 @@ struct ShmOptions {
   std::chrono::milliseconds setup_timeout{std::chrono::minutes(5)};
 };
 
-class ShmTransport final : public Transport {
+class ShmTransport final : public GroupTransport {
  public:
   // Collective over all `size` ranks: creates this rank's segment, maps every peer's segment
   // (names exchanged through `rdv` under `key_prefix`), then unlinks the names.
@@ -43,59 +45,46 @@ class ShmTransport final : public Transport {
                const ShmOptions& options);
   ~ShmTransport() override;
 
-  ShmTransport(const ShmTransport&) = delete;
-  ShmTransport& operator=(const ShmTransport&) = delete;
-
   const char* name() const override { return "shm"; }
-  int rank() const override { return rank_; }
-  int size() const override { return size_; }
 
+  // Both ring the peer's doorbell when anything moved.
   bool progress(SendOp& op) override;
   bool progress(RecvOp& op) override;
+  bool supports_recv_limit() const override { return true; }
+  // The token is this rank's doorbell.
   uint64_t activity_token() override;
   void wait_for_activity(uint64_t token, std::chrono::microseconds max_wait) override;
 
+  // Flags every rank's control block (the first aborting rank wins) and rings every doorbell.
   void signal_abort(const std::string& reason) override;
   std::optional<std::string> abort_reason() override;
+  // Peers whose process is gone (checked by pid where the pid namespace is shared).
   std::vector<int> dead_peers() override;
   void announce_arrival(uint64_t coll_seq) override;
   int64_t peer_arrival(int peer) override;
   ArrivalBoard* arrival_board() override { return board_.get(); }
-  bool supports_recv_limit() const override { return true; }
 
   const ShmOptions& options() const { return options_; }
   // Staging bytes one directed channel uses (slots + headers).
-  size_t channel_bytes() const { return channel_stride_; }
+  size_t channel_bytes() const;
 
  private:
-  struct Segment;
-  struct ControlBlock;
-  class SharedArrivalBoard;
-  friend class SharedArrivalBoard;
-  struct ChannelHeader;
-  struct SlotHeader;
-
-  ControlBlock* control(int r) const;
-  ChannelHeader* channel(int owner, int peer) const;
-  SlotHeader* slot(ChannelHeader* ch, uint64_t index) const;
+  void create_own_segment(const std::string& name, uint64_t nonce);
+  void map_peer_segments(Rendezvous& rdv, const std::string& key_prefix,
+                         const std::string& own_name, uint64_t nonce);
+  void map_peer_segment(int peer, const std::string& name, const std::string& nonce);
+  shm::ControlBlock* control(int r) const;
   void ring_doorbell(int r);
+  void ring_all_doorbells();
   void ensure_channel_backed(int peer);
 
-  int rank_;
-  int size_;
   ShmOptions options_;
-  size_t slot_stride_ = 0;
-  size_t channel_stride_ = 0;
-  size_t control_bytes_ = 0;
-  size_t board_offset_ = 0;
-  size_t segment_bytes_ = 0;
-  std::vector<std::unique_ptr<Segment>> segments_;  // one per rank, ours included
+  std::unique_ptr<shm::Layout> layout_;
+  std::vector<std::unique_ptr<shm::Segment>> segments_;  // one per rank, ours included
   std::vector<int> peer_pids_;
   std::vector<bool> pid_checkable_;
   std::vector<bool> channel_backed_;
   std::unique_ptr<ArrivalBoard> board_;  // lives in rank 0's segment
-  std::string own_name_;
-  bool own_unlinked_ = false;
 };
 
 }  // namespace stragg
