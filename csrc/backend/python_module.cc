@@ -27,6 +27,8 @@ py::dict call_record_dict(const stragg::CallRecord& r) {
   d["wait_s"] = r.wait_s;
   d["pre_arrival_s"] = r.pre_arrival_s;
   d["window_s"] = r.window_s;
+  d["plan"] = r.plan;
+  d["predicted_s"] = r.predicted_s;
   d["wire_seq"] = r.wire_seq;
   d["ok"] = r.ok;
   return d;
@@ -81,6 +83,28 @@ py::dict profiler_summary_dict(const stragg::Session& session) {
   d["link"] = l;
   d["settings"] = profiler_settings_dict(session.profiler_settings());
   return d;
+}
+
+// Per rank: send/receive bandwidth (bytes/s, None if unknown) and slowdown; the degraded ranks.
+py::dict link_analysis_dict(const stragg::Session& session) {
+  const stragg::LinkAnalysis a = session.link_analysis();
+  auto bw = [](double beta) -> py::object {
+    return beta > 0 ? py::object(py::float_(1.0 / beta)) : py::object(py::none());
+  };
+  py::list ranks;
+  for (size_t r = 0; r < a.slowdown.size(); ++r) {
+    py::dict d;
+    d["send_bytes_per_s"] = bw(a.send_beta[r]);
+    d["recv_bytes_per_s"] = bw(a.recv_beta[r]);
+    d["slowdown"] = a.slowdown[r];
+    ranks.append(d);
+  }
+  py::dict degraded;
+  for (const auto& s : a.degraded) degraded[py::int_(s.rank)] = s.factor;
+  py::dict out;
+  out["ranks"] = ranks;
+  out["degraded"] = degraded;
+  return out;
 }
 
 py::list link_matrix_list(const stragg::Session& session) {
@@ -156,6 +180,8 @@ PYBIND11_MODULE(_C, m) {
            [](const StraggBackend& b) { return profiler_summary_dict(b.session()); })
       .def("measure_links", &StraggBackend::measure_links)
       .def("link_matrix", [](const StraggBackend& b) { return link_matrix_list(b.session()); })
+      .def("link_analysis",
+           [](const StraggBackend& b) { return link_analysis_dict(b.session()); })
       .def("dynamic_window_s", [](const StraggBackend& b, size_t bytes) {
         return std::chrono::duration<double>(b.session().dynamic_window_for(bytes)).count();
       });

@@ -27,6 +27,11 @@ void check_round_rank(int n, int round, int rank, const char* what) {
                 " is not a rank of a group of " + std::to_string(n));
 }
 
+bool measured(const LinkModel& l) {
+  return l.alpha_s >= 0 && std::isfinite(l.alpha_s) && std::isfinite(l.beta_s_per_byte) &&
+         l.beta_s_per_byte >= 0;
+}
+
 }  // namespace
 
 int probe_rounds(int n) {
@@ -44,36 +49,58 @@ int probe_partner(int n, int round, int rank) {
   return p;
 }
 
-RankPlan link_probe_plan(int n, int rank, int round, int messages, size_t elems, bool many) {
+bool probe_sends(int n, int round, int direction, int rank) {
+  if (direction != 0 && direction != 1) {
+    throw Error("stragg: link probe: direction must be 0 or 1, got " + std::to_string(direction));
+  }
+  const int peer = probe_partner(n, round, rank);
+  if (peer < 0) return false;
+  return direction == 0 ? rank < peer : rank > peer;
+}
+
+RankPlan link_probe_plan(int n, int rank, int round, int direction, int messages, size_t elems,
+                         bool many) {
   check_round_rank(n, round, rank, "link_probe_plan");
   if (messages < 1)
     throw Error("stragg: link_probe_plan: messages must be >= 1, got " + std::to_string(messages));
   if (elems < 1) throw Error("stragg: link_probe_plan: elems must be >= 1, got 0");
+  const bool sender = probe_sends(n, round, direction, rank);
   RankPlan plan;
   plan.tag = kLinkProbeTag;
   const int peer = probe_partner(n, round, rank);
   if (peer < 0) return plan;
   const size_t m = static_cast<size_t>(messages);
   const size_t total = m * elems;
-  auto step = [&](uint32_t id, size_t offset, size_t count) {
+  auto op = [&](size_t offset, size_t count) {
+    PlanOp o;
+    o.peer = peer;
+    o.offset = offset;
+    o.count = count;
+    return o;
+  };
+  auto payload = [&](uint32_t id, size_t offset, size_t count) {
     PlanStep s;
     s.id = id;
-    PlanOp send;
-    send.peer = peer;
-    send.offset = offset;
-    send.count = count;
-    PlanOp recv = send;
-    recv.offset = total + offset;
-    recv.reduce = false;
-    s.sends.push_back(send);
-    s.recvs.push_back(recv);
+    if (sender) {
+      s.sends.push_back(op(offset, count));
+    } else {
+      s.recvs.push_back(op(total + offset, count));
+    }
     plan.steps.push_back(std::move(s));
   };
   if (many) {
-    for (size_t i = 0; i < m; ++i) step(static_cast<uint32_t>(i), i * elems, elems);
+    for (size_t i = 0; i < m; ++i) payload(static_cast<uint32_t>(i), i * elems, elems);
   } else {
-    step(static_cast<uint32_t>(messages), 0, total);
+    payload(static_cast<uint32_t>(messages), 0, total);
   }
+  PlanStep ack;
+  ack.id = static_cast<uint32_t>(messages + 1 + (many ? 1 : 0));
+  if (sender) {
+    ack.recvs.push_back(op(total, 1));
+  } else {
+    ack.sends.push_back(op(0, 1));
+  }
+  plan.steps.push_back(std::move(ack));
   return plan;
 }
 
@@ -87,30 +114,55 @@ LinkModel estimate_link(double t_many, double t_one, int messages, size_t bytes_
   LinkModel link;
   link.alpha_s = std::max(kMinProbeAlpha, (t_many - t_one) / (messages - 1));
   const double bytes = static_cast<double>(messages) * static_cast<double>(bytes_each);
-  link.beta_s_per_byte = std::max(kMinProbeBeta, (t_one - link.alpha_s) / bytes);
+  link.beta_s_per_byte = std::max(kMinProbeBeta, (t_one - 2 * link.alpha_s) / bytes);
   return link;
 }
 
-LinkModel combine_links(const std::vector<LinkModel>& links, int n) {
+LinkAnalysis analyze_links(const std::vector<LinkModel>& links, int n, double threshold) {
   if (n < 1 || links.size() != static_cast<size_t>(n) * static_cast<size_t>(n))
-    throw Error("stragg: combine_links: expected an n x n = " + std::to_string(n) + "x" +
+    throw Error("stragg: analyze_links: expected an n x n = " + std::to_string(n) + "x" +
                 std::to_string(n) + " matrix, got " + std::to_string(links.size()) + " entries");
+  if (!(threshold >= 1)) throw Error("stragg: analyze_links: threshold must be >= 1");
+  const size_t un = static_cast<size_t>(n);
+  auto at = [&](int i, int j) -> const LinkModel& { return links[i * un + j]; };
+  LinkAnalysis out;
+  out.send_beta.assign(un, -1);
+  out.recv_beta.assign(un, -1);
+  out.slowdown.assign(un, 1.0);
+  for (int i = 0; i < n; ++i) {
+    for (int j = 0; j < n; ++j) {
+      if (i == j || !measured(at(i, j))) continue;
+      const double b = at(i, j).beta_s_per_byte;
+      if (out.send_beta[i] < 0 || b < out.send_beta[i]) out.send_beta[i] = b;
+      if (out.recv_beta[j] < 0 || b < out.recv_beta[j]) out.recv_beta[j] = b;
+    }
+  }
+  std::vector<double> rank_beta(un, -1), known;
+  for (size_t r = 0; r < un; ++r) {
+    if (out.send_beta[r] < 0 && out.recv_beta[r] < 0) continue;
+    rank_beta[r] = std::max(out.send_beta[r], out.recv_beta[r]);
+    known.push_back(rank_beta[r]);
+  }
+  if (known.empty()) return out;
+  const double ref = median_of(known);
+  for (size_t r = 0; r < un; ++r) {
+    if (rank_beta[r] < 0 || !(ref > 0)) continue;
+    out.slowdown[r] = std::max(1.0, rank_beta[r] / ref);
+    if (out.slowdown[r] >= threshold) out.degraded.push_back({static_cast<int>(r), out.slowdown[r]});
+  }
   std::vector<double> alphas, betas;
   for (int i = 0; i < n; ++i) {
     for (int j = 0; j < n; ++j) {
-      if (i == j) continue;
-      const LinkModel& l = links[static_cast<size_t>(i) * n + j];
-      if (!(l.alpha_s >= 0) || !std::isfinite(l.alpha_s) || !std::isfinite(l.beta_s_per_byte) ||
-          l.beta_s_per_byte < 0)
-        continue;
-      alphas.push_back(l.alpha_s);
-      betas.push_back(l.beta_s_per_byte);
+      if (i == j || !measured(at(i, j))) continue;
+      if (out.slowdown[i] >= threshold || out.slowdown[j] >= threshold) continue;
+      alphas.push_back(at(i, j).alpha_s);
+      betas.push_back(at(i, j).beta_s_per_byte);
     }
   }
-  if (alphas.empty()) return LinkModel{};
-  LinkModel out;
-  out.alpha_s = median_of(std::move(alphas));
-  out.beta_s_per_byte = median_of(std::move(betas));
+  if (!alphas.empty()) {
+    out.reference.alpha_s = median_of(alphas);
+    out.reference.beta_s_per_byte = median_of(betas);
+  }
   return out;
 }
 

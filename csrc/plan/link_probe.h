@@ -1,15 +1,27 @@
-// Per-link alpha/beta estimation (AdapCC §IV-B): on each link, time `messages` messages of
-// `bytes_each` bytes sent back to back against one message of messages*bytes_each bytes. With
-// t = alpha + bytes * beta per message,
-//   t_many = m (alpha + s beta),  t_one = alpha + m s beta  =>  alpha = (t_many - t_one)/(m - 1).
-// All ranks probe concurrently in the rounds of a round-robin tournament, so every link is
-// measured exactly once with each rank busy on at most one link at a time (no torch here).
+// Per-link alpha/beta estimation (AdapCC §IV-B) and what it says about each rank (no torch).
+//
+// Probes. On each directed link a -> b, a sends `messages` messages of `bytes_each` bytes back to
+// back, then waits for a one-element acknowledgement from b; then it sends one message of
+// messages*bytes_each bytes and waits for the acknowledgement. With t = alpha + bytes * beta per
+// message (the acknowledgement costs about one alpha):
+//   t_many = m alpha + m s beta + alpha,   t_one = alpha + m s beta + alpha
+//   => alpha = (t_many - t_one) / (m - 1),  beta = (t_one - 2 alpha) / (m s).
+// The sender times both, so the estimate belongs to the direction a -> b. All ranks probe
+// concurrently in the rounds of a round-robin tournament, each round in two halves (the lower
+// rank of each pair sends, then the higher), so every directed link is measured exactly once with
+// each rank busy on one link at a time.
+//
+// Analysis. A transfer a -> b runs at the slower of a's send side and b's receive side, so a
+// rank's send time per byte is the fastest of its outgoing links (some partner is at least as
+// fast as it), and likewise for receiving. A rank's slowdown l = (its slower side) / (the median
+// rank's); ranks with l >= the threshold are degraded (OptCC's stragglers, §2).
 #pragma once
 
 #include <cstddef>
 #include <vector>
 
-#include "plan/straggler_profiler.h"
+#include "plan/link_model.h"
+#include "plan/settings.h"
 #include "runtime/plan.h"
 
 namespace stragg {
@@ -24,29 +36,41 @@ int probe_rounds(int n);
 // the ranks 0..n-2 do the same modulo n-1 and the rank left alone meets rank n-1.
 int probe_partner(int n, int round, int rank);
 
-// Plan for `rank` exchanging with its partner (copy, no reduce) in one round: either `messages`
-// steps each exchanging `elems` elements (many = true), or one step exchanging messages*elems
-// elements (many = false). The buffer has 2*messages*elems elements: sends read
-// [0, messages*elems), receives write [messages*elems, 2*messages*elems) (no overlap). Empty plan
-// (no steps) for an idle rank. Step ids are unique within the plan and the same on both
-// partners (many: 0..messages-1; one: messages, so partners that disagree on `many` notice).
-// Tagged kLinkProbeTag. Throws stragg::Error for messages < 1, elems < 1 or a bad round/rank.
-RankPlan link_probe_plan(int n, int rank, int round, int messages, size_t elems, bool many);
+// True if `rank` sends (and times the link) in half `direction` (0: the lower rank of each pair
+// sends, 1: the higher) of `round`.
+bool probe_sends(int n, int round, int direction, int rank);
+
+// Plan for `rank` in half `direction` of `round`: the sender sends `messages` steps of `elems`
+// elements each (many = true) or one step of messages*elems (many = false), then receives a
+// one-element acknowledgement; the receiver mirrors it. Buffer: 2*messages*elems elements,
+// payload read from [0, messages*elems) and received into [messages*elems, 2*messages*elems);
+// the acknowledgement is element 0, landing at element messages*elems. Idle ranks get no steps.
+// Step ids are the same on both partners and differ between many and one. Tagged kLinkProbeTag.
+// Throws stragg::Error for messages < 1, elems < 1, a bad round, rank or direction.
+RankPlan link_probe_plan(int n, int rank, int round, int direction, int messages, size_t elems,
+                         bool many);
 
 // Smallest values estimate_link returns (the link's latency / time per byte are never zero).
-constexpr double kMinProbeAlpha = 1e-9;   // s
-constexpr double kMinProbeBeta = 1e-15;   // s per byte (1 PB/s)
+constexpr double kMinProbeAlpha = 1e-9;  // s
+constexpr double kMinProbeBeta = 1e-15;  // s per byte (1 PB/s)
 
 // alpha = (t_many - t_one)/(messages - 1), clamped to >= kMinProbeAlpha;
-// beta = (t_one - alpha)/(messages * bytes_each), clamped to >= kMinProbeBeta.
+// beta = (t_one - 2 alpha)/(messages * bytes_each), clamped to >= kMinProbeBeta.
 // Throws stragg::Error for messages < 2, bytes_each < 1 or negative / non-finite times.
 LinkModel estimate_link(double t_many, double t_one, int messages, size_t bytes_each);
 
-// Combines an n x n matrix of per-link models (row-major, links[i*n + j] = link i -> j; entries
-// with i == j and unmeasured ones, flagged by alpha < 0 or non-finite values, are ignored) into
-// one LinkModel for the cost model: the median alpha and the median beta over measured links
-// (mean of the two middle values for an even count). No measured link: LinkModel{} (defaults).
-// Throws stragg::Error if links.size() != n*n.
-LinkModel combine_links(const std::vector<LinkModel>& links, int n);
+struct LinkAnalysis {
+  LinkModel reference;             // median alpha and beta over links between healthy ranks
+  std::vector<double> send_beta;   // per rank: fastest outgoing link (s/B), -1 unknown
+  std::vector<double> recv_beta;   // per rank: fastest incoming link (s/B), -1 unknown
+  std::vector<double> slowdown;    // per rank, >= 1 (1 for healthy or unknown ranks)
+  std::vector<Slowdown> degraded;  // ranks with slowdown >= threshold, by rank
+};
+
+// Analyses an n x n matrix of directed links (links[i*n + j] = i -> j; the diagonal and
+// unmeasured entries, flagged by alpha < 0 or non-finite values, are ignored). Nothing measured:
+// the default LinkModel and no degraded rank. Throws stragg::Error if links.size() != n*n or
+// threshold < 1.
+LinkAnalysis analyze_links(const std::vector<LinkModel>& links, int n, double threshold);
 
 }  // namespace stragg

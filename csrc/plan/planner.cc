@@ -1,6 +1,8 @@
 #include "plan/planner.h"
 
 #include <algorithm>
+#include <cmath>
+#include <sstream>
 
 #include "core/generators.h"
 #include "core/simulator.h"
@@ -18,6 +20,8 @@ constexpr Algorithm kAutoCandidates[] = {Algorithm::Ring, Algorithm::Rhd};
 
 constexpr size_t kAutoChoiceCacheLimit = 4096;
 constexpr size_t kPlanCacheLimit = 64;
+// OptCC needs at least this many bytes per chunk to be worth a candidate (below, alpha rules).
+constexpr double kMinOptccChunkBytes = 4096;
 
 void check_link(const LinkModel& l) {
   if (!(l.alpha_s >= 0) || !(l.beta_s_per_byte >= 0)) {
@@ -25,7 +29,33 @@ void check_link(const LinkModel& l) {
   }
 }
 
+// Measured factors are quantised (to 0.05) so that schedules and choices are cached per network
+// state rather than per probe's noise; every rank quantises the same exchanged numbers alike.
+double quantise(double l) { return std::max(1.0, std::round(l * 20.0) / 20.0); }
+
+std::vector<std::pair<int, double>> slow_key(const std::vector<Slowdown>& slow) {
+  std::vector<std::pair<int, double>> out;
+  for (const auto& s : slow) out.emplace_back(s.rank, s.factor);
+  return out;
+}
+
 }  // namespace
+
+std::string PlanChoice::describe() const {
+  std::ostringstream out;
+  out << algorithm_name(algorithm);
+  if (algorithm == Algorithm::Optcc) {
+    out << "(";
+    for (size_t i = 0; i < slow.size(); ++i) {
+      out << (i ? "," : "") << slow[i].rank << "=" << slow[i].factor;
+    }
+    if (segments > 0) out << (slow.empty() ? "" : ",") << "k=" << segments;
+    out << ")";
+  } else if (straggler >= 0) {
+    out << "(" << straggler << ")";
+  }
+  return out.str();
+}
 
 PlannerConfig PlannerConfig::from(const Settings& s) {
   PlannerConfig c;
@@ -34,6 +64,11 @@ PlannerConfig PlannerConfig::from(const Settings& s) {
   c.slowdowns = s.slowdowns;
   c.link = s.link_model();
   return c;
+}
+
+const std::vector<int>& Planner::optcc_segment_candidates() {
+  static const std::vector<int> k = {1, 2, 4, 8, 16, 32};
+  return k;
 }
 
 Planner::Planner(int n, PlannerConfig config) : n_(n), config_(std::move(config)) {
@@ -49,6 +84,7 @@ Planner::Planner(int n, PlannerConfig config) : n_(n), config_(std::move(config)
     }
   }
   check_link(config_.link);
+  measured_.link = config_.link;
   if (dynamic() && config_.algo != Algorithm::Auto && config_.algo != Algorithm::Stragglar) {
     throw Error(std::string("stragg: STRAGG_STRAGGLER=dynamic works with STRAGG_ALGO=auto or "
                             "stragglar, not '") +
@@ -88,47 +124,71 @@ Planner::Planner(int n, PlannerConfig config) : n_(n), config_(std::move(config)
                                 : n_ - 1);
   }
   // Build (and verify) the fixed schedule now so a bad configuration fails at setup.
-  schedule_for(algorithm_, dynamic() ? n_ - 1 : st.rank);
+  schedule_for(fixed_choice(dynamic() ? n_ - 1 : st.rank, network()));
 }
 
-std::shared_ptr<const core::Schedule> Planner::schedule_for(Algorithm algorithm,
-                                                            int straggler) const {
-  const int s = algorithm_needs_straggler(algorithm) ? straggler : -1;
+std::shared_ptr<const core::Schedule> Planner::schedule_for(const PlanChoice& choice) const {
+  const Algorithm algo = choice.algorithm;
+  const int s = algo == Algorithm::Stragglar || algo == Algorithm::Bcast ? choice.straggler : -1;
+  const std::vector<Slowdown> slow = algo == Algorithm::Optcc ? choice.slow : std::vector<Slowdown>{};
+  const int k = algo == Algorithm::Optcc ? choice.segments : 0;
+  const ScheduleKey key{algo, s, slow_key(slow), k};
   {
     std::lock_guard<std::mutex> lock(mu_);
-    auto it = schedules_.find({algorithm, s});
+    auto it = schedules_.find(key);
     if (it != schedules_.end()) return it->second;
   }
   core::BuildParams params;
-  if (algorithm == Algorithm::Optcc && !config_.slowdowns.empty()) {
-    for (const Slowdown& d : config_.slowdowns) {
-      params.stragglers.push_back(d.rank);
-      params.slowdowns.push_back(d.factor);
-    }
-  } else if (s >= 0) {
-    params.stragglers = {s};
-    if (algorithm == Algorithm::Optcc) params.slowdowns = {2.0};
+  if (s >= 0) params.stragglers = {s};
+  for (const Slowdown& d : slow) {
+    params.stragglers.push_back(d.rank);
+    params.slowdowns.push_back(d.factor);
   }
+  if (k > 0) params.segments = k;
   std::shared_ptr<const core::Schedule> built;
   try {
-    auto sched = std::make_shared<core::Schedule>(core::build(algorithm, n_, params));
+    auto sched = std::make_shared<core::Schedule>(core::build(algo, n_, params));
     core::verify_or_throw(*sched);
     built = std::move(sched);
   } catch (const std::exception& e) {
-    throw Error(std::string("stragg: cannot build the '") + algorithm_name(algorithm) +
-                "' schedule for " + std::to_string(n_) + " ranks: " + e.what());
+    throw Error("stragg: cannot build the '" + choice.describe() + "' schedule for " +
+                std::to_string(n_) + " ranks: " + e.what());
   }
   std::lock_guard<std::mutex> lock(mu_);
-  auto& slot = schedules_[{algorithm, s}];
+  auto& slot = schedules_[key];
   if (!slot) slot = std::move(built);
   return slot;
 }
 
 void Planner::set_link_model(const LinkModel& link) {
-  check_link(link);
+  NetworkModel net = network();
+  net.link = link;
+  net.degraded.clear();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    net.degraded = measured_.degraded;
+  }
+  set_network(net);
+}
+
+void Planner::set_network(const NetworkModel& network) {
+  check_link(network.link);
+  for (const Slowdown& s : network.degraded) {
+    if (s.rank < 0 || s.rank >= n_ || !(s.factor >= 1)) {
+      throw Error("stragg: network model: bad degraded rank " + std::to_string(s.rank) +
+                  " with factor " + std::to_string(s.factor));
+    }
+  }
   std::lock_guard<std::mutex> lock(mu_);
-  config_.link = link;
+  measured_ = network;
+  for (auto& s : measured_.degraded) s.factor = quantise(s.factor);
+  measured_.degraded.erase(
+      std::remove_if(measured_.degraded.begin(), measured_.degraded.end(),
+                     [](const Slowdown& s) { return s.factor <= 1.0; }),
+      measured_.degraded.end());
+  config_.link = network.link;
   auto_choice_.clear();
+  degraded_choice_.clear();
 }
 
 LinkModel Planner::link_model() const {
@@ -136,30 +196,58 @@ LinkModel Planner::link_model() const {
   return config_.link;
 }
 
-double Planner::predict(Algorithm algorithm, size_t bytes) const {
+NetworkModel Planner::network() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  NetworkModel net = measured_;
+  if (!config_.slowdowns.empty()) net.degraded = config_.slowdowns;
+  return net;
+}
+
+double Planner::predict(const PlanChoice& choice, size_t bytes, int late_rank,
+                        double delay_s) const {
   if (n_ <= 1) return 0.0;
-  auto s = schedule_for(algorithm, n_ - 1);
+  auto s = schedule_for(choice);
+  const NetworkModel net = network();
   core::SimOptions opt;
   opt.nbytes = static_cast<double>(bytes);
-  const LinkModel link = link_model();
-  opt.alpha = link.alpha_s;
-  opt.beta = link.beta_s_per_byte;
+  opt.alpha = net.link.alpha_s;
+  opt.beta = net.link.beta_s_per_byte;
+  opt.slowdown.assign(n_, 1.0);
+  for (const Slowdown& d : net.degraded) opt.slowdown[d.rank] = d.factor;
+  if (late_rank >= 0 && late_rank < n_ && delay_s > 0) {
+    opt.arrival.assign(n_, 0.0);
+    opt.arrival[late_rank] = delay_s;
+  }
   return core::simulate(*s, opt).time;
 }
 
-Algorithm Planner::auto_base(size_t bytes) const {
+double Planner::predict(Algorithm algorithm, size_t bytes) const {
+  PlanChoice c;
+  c.algorithm = algorithm;
+  if (algorithm == Algorithm::Optcc) {
+    c.slow = network().degraded;
+    if (c.slow.empty()) c.slow = {{n_ - 1, 2.0}};
+  } else if (algorithm_needs_straggler(algorithm)) {
+    c.straggler = n_ - 1;
+  }
+  return predict(c, bytes);
+}
+
+PlanChoice Planner::auto_base(size_t bytes) const {
   {
     std::lock_guard<std::mutex> lock(mu_);
     auto it = auto_choice_.find(bytes);
     if (it != auto_choice_.end()) return it->second;
   }
-  Algorithm best = Algorithm::Ring;
-  double best_time = predict(Algorithm::Ring, bytes) * (1.0 - config_.switch_margin);
+  PlanChoice best;
+  best.predicted_s = predict(Algorithm::Ring, bytes);
+  double best_time = best.predicted_s * (1.0 - config_.switch_margin);
   for (Algorithm algo : kAutoCandidates) {
     if (algo == Algorithm::Ring) continue;
     const double t = predict(algo, bytes);
     if (t < best_time) {
-      best = algo;
+      best.algorithm = algo;
+      best.predicted_s = t;
       best_time = t;
     }
   }
@@ -169,36 +257,115 @@ Algorithm Planner::auto_base(size_t bytes) const {
   return best;
 }
 
-PlanChoice Planner::choose(size_t bytes, int call_straggler) const {
+PlanChoice Planner::auto_degraded(size_t bytes, int call_straggler, double delay_s,
+                                  const NetworkModel& net) const {
+  // Delays are bucketed (x1.25) so that the cache holds a few entries per size.
+  const double bucket = delay_s > 0 ? std::pow(1.25, std::round(std::log(delay_s) / std::log(1.25)))
+                                    : 0.0;
+  const AutoKey key{bytes, call_straggler, bucket};
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = degraded_choice_.find(key);
+    if (it != degraded_choice_.end()) return it->second;
+  }
+  std::vector<PlanChoice> candidates;
+  for (Algorithm a : kAutoCandidates) {
+    PlanChoice c;
+    c.algorithm = a;
+    candidates.push_back(c);
+  }
+  const int healthy = n_ - static_cast<int>(net.degraded.size());
+  if (n_ >= 3 && healthy >= 1) {
+    for (int k : optcc_segment_candidates()) {
+      if (static_cast<double>(bytes) / (k * healthy) < kMinOptccChunkBytes && k > 1) break;
+      PlanChoice c;
+      c.algorithm = Algorithm::Optcc;
+      c.slow = net.degraded;
+      c.segments = k;
+      candidates.push_back(c);
+    }
+  }
+  if (call_straggler >= 0 && call_straggler < n_ && stragglar_ok_) {
+    PlanChoice c;
+    c.algorithm = Algorithm::Stragglar;
+    c.straggler = call_straggler;
+    candidates.push_back(c);
+  }
+  PlanChoice best = candidates.front();  // Ring
+  const double ring = predict(best, bytes, call_straggler, bucket);
+  best.predicted_s = ring;
+  double best_time = ring * (1.0 - config_.switch_margin);
+  for (size_t i = 1; i < candidates.size(); ++i) {
+    PlanChoice c = candidates[i];
+    double t = 0;
+    try {
+      t = predict(c, bytes, call_straggler, bucket);
+    } catch (const Error&) {
+      continue;  // a generator that cannot serve this configuration is no candidate
+    }
+    if (t < best_time) {
+      best = c;
+      best.predicted_s = t;
+      best_time = t;
+    }
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  if (degraded_choice_.size() >= kAutoChoiceCacheLimit) degraded_choice_.clear();
+  degraded_choice_[key] = best;
+  return best;
+}
+
+PlanChoice Planner::fixed_choice(int call_straggler, const NetworkModel& net) const {
+  PlanChoice c;
+  c.algorithm = algorithm_;
+  if (algorithm_ == Algorithm::Optcc) {
+    c.slow = net.degraded;
+    if (c.slow.empty()) c.slow = {{call_straggler >= 0 ? call_straggler : n_ - 1, 2.0}};
+    return c;
+  }
+  if (algorithm_needs_straggler(algorithm_)) c.straggler = call_straggler;
+  return c;
+}
+
+PlanChoice Planner::choose(size_t bytes, int call_straggler, double delay_s) const {
   PlanChoice c;
   if (n_ <= 1) return c;
   if (config_.algo == Algorithm::Auto) {
+    const NetworkModel net = network();
+    if (!net.degraded.empty()) return auto_degraded(bytes, call_straggler, delay_s, net);
     if (call_straggler >= 0 && call_straggler < n_ && stragglar_ok_) {
       c.algorithm = Algorithm::Stragglar;
       c.straggler = call_straggler;
     } else {
-      c.algorithm = auto_base(bytes);
+      c = auto_base(bytes);
     }
     return c;
   }
-  c.algorithm = algorithm_;
   if (dynamic()) {
     // STRAGG_ALGO=stragglar with a dynamic straggler: Ring when everybody was on time.
+    c.algorithm = Algorithm::Ring;
     if (call_straggler >= 0 && stragglar_ok_) {
+      c.algorithm = algorithm_;
       c.straggler = call_straggler;
-    } else {
-      c.algorithm = Algorithm::Ring;
     }
     return c;
   }
-  if (algorithm_needs_straggler(c.algorithm)) c.straggler = config_.straggler.rank;
-  return c;
+  return fixed_choice(config_.straggler.rank, network());
 }
 
 std::shared_ptr<const RankPlan> Planner::plan(int rank, const PlanChoice& choice, size_t numel,
                                               size_t elem_size, bool ordered_recvs) const {
-  const Algorithm algo = n_ <= 1 ? Algorithm::Ring : choice.algorithm;
-  const PlanKey key{algo, choice.straggler, rank, numel, elem_size, ordered_recvs};
+  PlanChoice key_choice = choice;
+  if (n_ <= 1) key_choice = PlanChoice{};
+  const Algorithm algo = key_choice.algorithm;
+  const ScheduleKey skey{algo,
+                         algo == Algorithm::Stragglar || algo == Algorithm::Bcast
+                             ? key_choice.straggler
+                             : -1,
+                         slow_key(algo == Algorithm::Optcc ? key_choice.slow
+                                                           : std::vector<Slowdown>{}),
+                         algo == Algorithm::Optcc ? key_choice.segments : 0};
+  const PlanKey key{skey, rank, numel, elem_size, ordered_recvs};
   {
     std::lock_guard<std::mutex> lock(mu_);
     for (auto it = plans_.begin(); it != plans_.end(); ++it) {
@@ -212,7 +379,7 @@ std::shared_ptr<const RankPlan> Planner::plan(int rank, const PlanChoice& choice
   if (n_ <= 1) {
     lowered = std::make_shared<const RankPlan>();
   } else {
-    auto s = schedule_for(algo, choice.straggler);
+    auto s = schedule_for(key_choice);
     lowered = std::make_shared<const RankPlan>(
         lower_schedule(*s, rank, numel, elem_size, config_.max_staging_bytes, ordered_recvs));
   }

@@ -47,10 +47,23 @@ struct PlannerConfig {
 // What one call runs.
 struct PlanChoice {
   Algorithm algorithm = Algorithm::Ring;
-  int straggler = -1;  // the straggler the schedule is built around, -1: none
+  int straggler = -1;          // StragglAR / Bcast: the rank the schedule waits for, -1: none
+  std::vector<Slowdown> slow;  // OptCC: the degraded ranks and their factors l
+  int segments = 0;            // OptCC: pipelined segments k (0: the generator's default)
+  double predicted_s = 0;      // the cost model's time for this call (0: not predicted)
   bool operator==(const PlanChoice& o) const {
-    return algorithm == o.algorithm && straggler == o.straggler;
+    return algorithm == o.algorithm && straggler == o.straggler && slow == o.slow &&
+           segments == o.segments;
   }
+  // "optcc(3=2,k=16)", "stragglar(2)", "ring", for logs and records.
+  std::string describe() const;
+};
+
+// What the cost model knows about the network: healthy links, and the ranks whose links are
+// slower by a factor (measured by the link probes, or forced with STRAGG_SLOWDOWN).
+struct NetworkModel {
+  LinkModel link;
+  std::vector<Slowdown> degraded;  // by rank, factors >= 1
 };
 
 class Planner {
@@ -70,25 +83,42 @@ class Planner {
   const std::vector<std::string>& notes() const { return notes_; }
 
   // The algorithm for a call of `bytes` whose straggler is `call_straggler` (the configured one,
-  // the agreed one in dynamic mode, the profiler's in profiled mode; -1: none).
-  PlanChoice choose(size_t bytes, int call_straggler) const;
+  // the agreed one in dynamic mode, the profiler's in profiled mode; -1: none), expected to arrive
+  // `delay_s` after the others. Without degraded links Auto runs StragglAR for a call straggler,
+  // else the faster of Ring/RHD; with degraded links it simulates every candidate (Ring, RHD,
+  // OptCC at several segment counts, StragglAR for a call straggler) on the network model, with
+  // the straggler's delay, and runs the fastest (Ring unless another is switch_margin faster).
+  PlanChoice choose(size_t bytes, int call_straggler, double delay_s = 0) const;
   // The steps `rank` runs for `numel` elements of `elem_size` bytes under `choice` (cached).
   // `ordered_recvs`: the transport honours RecvOp::limit (fewer staged receives).
   std::shared_ptr<const RankPlan> plan(int rank, const PlanChoice& choice, size_t numel,
                                        size_t elem_size, bool ordered_recvs = false) const;
 
   // Cost model used by choose() (every rank must set the same values). Throws for alpha < 0 or
-  // beta < 0.
+  // beta < 0. Degraded ranks given in the configuration (STRAGG_SLOWDOWN) override measured ones.
   void set_link_model(const LinkModel& link);
+  void set_network(const NetworkModel& network);
   LinkModel link_model() const;
-  // Predicted all_reduce time of `algorithm` for `bytes` under the current model (no straggler).
+  NetworkModel network() const;  // what choose() uses (forced degraded ranks included)
+  // Predicted all_reduce time of `choice` for `bytes` under the current model (core::simulate,
+  // lockstep, degraded ranks as slowdowns), with `late_rank` (if >= 0) arriving `delay_s` late.
+  double predict(const PlanChoice& choice, size_t bytes, int late_rank = -1,
+                 double delay_s = 0) const;
   double predict(Algorithm algorithm, size_t bytes) const;
 
- private:
-  std::shared_ptr<const core::Schedule> schedule_for(Algorithm algorithm, int straggler) const;
-  Algorithm auto_base(size_t bytes) const;
+  // OptCC segment counts Auto considers.
+  static const std::vector<int>& optcc_segment_candidates();
 
-  using PlanKey = std::tuple<Algorithm, int, int, size_t, size_t, bool>;
+ private:
+  std::shared_ptr<const core::Schedule> schedule_for(const PlanChoice& choice) const;
+  PlanChoice auto_base(size_t bytes) const;
+  PlanChoice auto_degraded(size_t bytes, int call_straggler, double delay_s,
+                           const NetworkModel& net) const;
+  PlanChoice fixed_choice(int call_straggler, const NetworkModel& net) const;
+
+  using ScheduleKey = std::tuple<Algorithm, int, std::vector<std::pair<int, double>>, int>;
+  using PlanKey = std::tuple<ScheduleKey, int, size_t, size_t, bool>;
+  using AutoKey = std::tuple<size_t, int, double>;
 
   int n_;
   PlannerConfig config_;
@@ -96,8 +126,10 @@ class Planner {
   std::vector<std::string> notes_;
   bool stragglar_ok_ = true;  // StragglAR usable for this n (auto falls back to Ring otherwise)
   mutable std::mutex mu_;
-  mutable std::map<std::pair<Algorithm, int>, std::shared_ptr<const core::Schedule>> schedules_;
-  mutable std::map<size_t, Algorithm> auto_choice_;  // bytes -> base algorithm
+  NetworkModel measured_;  // from set_network / set_link_model
+  mutable std::map<ScheduleKey, std::shared_ptr<const core::Schedule>> schedules_;
+  mutable std::map<size_t, PlanChoice> auto_choice_;  // bytes -> Ring or RHD, predicted
+  mutable std::map<AutoKey, PlanChoice> degraded_choice_;  // with degraded links
   // Lowered plans, most recently used first (bounded: a DDP job uses a handful of sizes).
   mutable std::list<std::pair<PlanKey, std::shared_ptr<const RankPlan>>> plans_;
 };

@@ -13,6 +13,7 @@ struct CallRecord {
   int64_t bytes = 0;
   uint64_t wire_seq = 0;  // the collective's sequence number on the wire (internal ones count too)
   std::string algorithm;  // what ran: "ring", "stragglar", ... ("gloo" when delegated)
+  std::string plan;       // with its parameters: "stragglar(2)", "optcc(3=2,k=16)", "ring"
   int straggler = -1;     // configured or agreed straggler of this call, -1 = none
   double queued_s = 0;    // from the call to the worker starting it
   double agreement_s = 0; // dynamic straggler agreement
@@ -20,6 +21,7 @@ struct CallRecord {
   double wait_s = 0;      // of run_s, blocked waiting for peers
   double pre_arrival_s = 0;  // of run_s, in pre-arrival steps
   double window_s = 0;       // dynamic straggler: the wait-or-proceed window used
+  double predicted_s = 0;    // the cost model's time for the choice (0: not predicted)
   bool ok = true;
 };
 

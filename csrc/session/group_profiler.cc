@@ -1,6 +1,7 @@
 #include "session/group_profiler.h"
 
 #include <algorithm>
+#include <iomanip>
 #include <sstream>
 
 #include "plan/link_probe.h"
@@ -12,15 +13,39 @@ namespace {
 constexpr int kProbeMessages = 8;
 constexpr size_t kProbeBytes = 64 * 1024;
 constexpr int kProbeRepetitions = 5;
+// A rank is degraded when its links are this much slower than the median rank's (OptCC's l);
+// the benchmark's smallest l is 1.14.
+constexpr double kDegradedThreshold = 1.1;
+// Step times drifted when the measured/model ratio moves this far from the one after the last
+// probe; drift re-probes at most once per this many exchanges.
+constexpr double kDriftFactor = 1.5;
+constexpr uint64_t kDriftProbeInterval = 4;
+
+double median_of(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const size_t m = v.size() / 2;
+  return v.size() % 2 ? v[m] : 0.5 * (v[m - 1] + v[m]);
+}
+
+std::string degraded_text(const std::vector<Slowdown>& d) {
+  if (d.empty()) return "no degraded rank";
+  std::ostringstream m;
+  m << "degraded rank" << (d.size() > 1 ? "s " : " ");
+  for (size_t i = 0; i < d.size(); ++i) {
+    m << (i ? ", " : "") << d[i].rank << " (l = " << std::setprecision(3) << d[i].factor << ")";
+  }
+  return m.str();
+}
 
 }  // namespace
 
 GroupProfiler::GroupProfiler(int rank, int n, const Settings& settings, Planner& planner,
-                             std::string group)
+                             std::string group, bool links_can_degrade)
     : rank_(rank),
       n_(n),
       settings_(settings.profiler_settings()),
       probe_every_(settings.probe_every),
+      links_can_degrade_(links_can_degrade),
       planner_(planner),
       group_(std::move(group)),
       link_(settings.link_model()) {
@@ -46,6 +71,7 @@ void GroupProfiler::after_call(Executor& ex, const InternalSpec& spec, const Cal
   if (batch_durations_.empty()) batch_first_call_ = call;
   batch_durations_.push_back(record.agreement_s + record.run_s);
   batch_bytes_.push_back(record.bytes);
+  batch_predicted_.push_back(record.predicted_s);
   if (static_cast<int>(batch_durations_.size()) < settings_.exchange_every) return;
   try {
     exchange(ex, spec, timeout);
@@ -69,22 +95,55 @@ void GroupProfiler::exchange(Executor& ex, const InternalSpec& spec,
   const std::vector<int64_t> bytes = std::move(batch_bytes_);
   batch_durations_.clear();
   batch_bytes_.clear();
+  const bool drift = drifted(all, k);
+  batch_predicted_.clear();
 
   std::lock_guard<std::mutex> lock(mu_);
   // Link probes: after the first exchange, then periodically. They run at the start of the next
   // call (before_call), not now: now the users' threads are computing (the exchange runs behind
   // their backs) and would slow the probe's messages; inside a call every rank is waiting.
   if (probe_every_ > 0 && profiler_->exchanges() % probe_every_ == 0) probe_pending_ = true;
+  if (drift && profiler_->exchanges() >= last_drift_probe_ + kDriftProbeInterval) {
+    last_drift_probe_ = profiler_->exchanges();
+    probe_pending_ = true;
+  }
   const bool changed = profiler_->add_batch(all, k, bytes, link_, batch_first_call_);
   const ProfilerSummary sum = profiler_->summary();
   const size_t w = std::min<size_t>(settings_.window, sum.recent_delays_s.size());
   recent_delays_.assign(sum.recent_delays_s.end() - w, sum.recent_delays_s.end());
   straggler_.store(profiler_->straggler());
+  straggler_delay_s_.store(sum.median_delay_s);
   if (changed) {
     log_info("stragg: rank " + std::to_string(rank_) + " of group '" + group_ + "': profiler: " +
              (sum.decisions.empty() ? std::string("straggler changed")
                                     : sum.decisions.back().reason));
   }
+}
+
+bool GroupProfiler::drifted(const std::vector<double>& all, int k) {
+  std::vector<double> ratios;
+  for (int i = 0; i < k; ++i) {
+    if (!(batch_predicted_[i] > 0)) continue;
+    // The rank that arrived last waited for nobody: its duration is the communication time.
+    double t = all[i];
+    for (int r = 1; r < n_; ++r) t = std::min(t, all[static_cast<size_t>(r) * k + i]);
+    if (t > 0) ratios.push_back(t / batch_predicted_[i]);
+  }
+  if (ratios.empty()) return false;
+  const double ratio = median_of(ratios);
+  if (!(drift_baseline_ > 0)) {
+    drift_baseline_ = ratio;
+    return false;
+  }
+  if (ratio <= drift_baseline_ * kDriftFactor && ratio >= drift_baseline_ / kDriftFactor) {
+    return false;
+  }
+  std::ostringstream m;
+  m << "stragg: rank " << rank_ << " of group '" << group_ << "': step times drifted (measured/"
+    << "model " << std::setprecision(3) << ratio << ", was " << drift_baseline_
+    << " after the last link probe): re-probing the links";
+  log_info(m.str());
+  return true;
 }
 
 std::vector<LinkModel> GroupProfiler::measure_own_row(Executor& ex, const InternalSpec& spec,
@@ -95,22 +154,26 @@ std::vector<LinkModel> GroupProfiler::measure_own_row(Executor& ex, const Intern
   std::vector<LinkModel> mine(static_cast<size_t>(n_));
   for (auto& l : mine) l.alpha_s = l.beta_s_per_byte = -1;
   for (int round = 0; round < probe_rounds(n_); ++round) {
-    const int partner = probe_partner(n_, round, rank_);
-    std::vector<double> t_many, t_one;
-    for (int rep = 0; rep < kProbeRepetitions; ++rep) {
-      for (bool many : {true, false}) {
-        const RankPlan plan = link_probe_plan(n_, rank_, round, kProbeMessages, elems, many);
-        const CollectiveSpec s = spec("link probe", DType::Float32, buf.size());
-        const auto t0 = Clock::now();
-        ex.run(plan, s, buf.data(), timeout);
-        (many ? t_many : t_one).push_back(std::chrono::duration<double>(Clock::now() - t0).count());
+    for (int direction : {0, 1}) {
+      const bool sender = probe_sends(n_, round, direction, rank_);
+      std::vector<double> t_many, t_one;
+      for (int rep = 0; rep < kProbeRepetitions; ++rep) {
+        for (bool many : {true, false}) {
+          const RankPlan plan =
+              link_probe_plan(n_, rank_, round, direction, kProbeMessages, elems, many);
+          const CollectiveSpec s = spec("link probe", DType::Float32, buf.size());
+          const auto t0 = Clock::now();
+          ex.run(plan, s, buf.data(), timeout);
+          (many ? t_many : t_one).push_back(std::chrono::duration<double>(Clock::now() - t0).count());
+        }
       }
+      if (!sender) continue;
+      // Minimum over the repetitions: noise (scheduling, other load) only ever adds time.
+      mine[probe_partner(n_, round, rank_)] =
+          estimate_link(*std::min_element(t_many.begin(), t_many.end()),
+                        *std::min_element(t_one.begin(), t_one.end()), kProbeMessages,
+                        elems * sizeof(float));
     }
-    if (partner < 0) continue;
-    // Minimum over the repetitions: noise (scheduling, other load) only ever adds time.
-    mine[partner] = estimate_link(*std::min_element(t_many.begin(), t_many.end()),
-                                  *std::min_element(t_one.begin(), t_one.end()), kProbeMessages,
-                                  elems * sizeof(float));
   }
   return mine;
 }
@@ -118,7 +181,7 @@ std::vector<LinkModel> GroupProfiler::measure_own_row(Executor& ex, const Intern
 void GroupProfiler::probe_links(Executor& ex, const InternalSpec& spec,
                                 std::chrono::milliseconds timeout) {
   const std::vector<LinkModel> mine = measure_own_row(ex, spec, timeout);
-  // All-gather the rows (own row filled, zeros elsewhere), then average both ends of each link.
+  // All-gather the rows (own row filled, zeros elsewhere): row i holds the links i -> j.
   const size_t n = static_cast<size_t>(n_);
   std::vector<double> all(n * n * 2, 0.0);
   for (size_t j = 0; j < n; ++j) {
@@ -128,32 +191,42 @@ void GroupProfiler::probe_links(Executor& ex, const InternalSpec& spec,
   ex.run(*ring_allreduce_plan(rank_, n_, all.size()),
          spec("link probe exchange", DType::Float64, all.size()), all.data(), timeout);
   std::vector<LinkModel> matrix(n * n);
-  for (size_t i = 0; i < n; ++i) {
-    for (size_t j = 0; j < n; ++j) {
-      const double* a = &all[(i * n + j) * 2];
-      const double* b = &all[(j * n + i) * 2];
-      LinkModel& l = matrix[i * n + j];
-      if (i == j || a[0] < 0 || b[0] < 0) {
-        l.alpha_s = l.beta_s_per_byte = -1;
-      } else {
-        l.alpha_s = 0.5 * (a[0] + b[0]);
-        l.beta_s_per_byte = 0.5 * (a[1] + b[1]);
-      }
-    }
+  for (size_t i = 0; i < n * n; ++i) {
+    matrix[i].alpha_s = i / n == i % n ? -1 : all[i * 2];
+    matrix[i].beta_s_per_byte = i / n == i % n ? -1 : all[i * 2 + 1];
   }
-  const LinkModel combined = combine_links(matrix, n_);
-  planner_.set_link_model(combined);
+  install(matrix);
+}
+
+void GroupProfiler::install(const std::vector<LinkModel>& matrix) {
+  LinkAnalysis a = analyze_links(matrix, n_, kDegradedThreshold);
+  if (!links_can_degrade_) a.degraded.clear();
+  NetworkModel net;
+  net.link = a.reference;
+  net.degraded = a.degraded;
+  planner_.set_network(net);
+  bool verdict_changed = false;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    link_ = combined;
+    verdict_changed = a.degraded.size() != analysis_.degraded.size();
+    for (size_t i = 0; !verdict_changed && i < a.degraded.size(); ++i) {
+      verdict_changed = a.degraded[i].rank != analysis_.degraded[i].rank;
+    }
+    link_ = a.reference;
     link_source_ = "measured";
-    link_matrix_ = std::move(matrix);
+    link_matrix_ = matrix;
+    analysis_ = a;
+    drift_baseline_ = 0;
   }
   std::ostringstream m;
   m << "stragg: rank " << rank_ << " of group '" << group_ << "': link probe: alpha "
-    << combined.alpha_s * 1e6 << " us, " << 1e-9 / combined.beta_s_per_byte
-    << " GB/s (median over links)";
+    << a.reference.alpha_s * 1e6 << " us, " << 1e-9 / a.reference.beta_s_per_byte
+    << " GB/s (median over healthy links); " << degraded_text(a.degraded);
   log_info(m.str());
+  if (verdict_changed) {
+    log_info("stragg: rank " + std::to_string(rank_) + " of group '" + group_ +
+             "': degraded links: " + degraded_text(a.degraded));
+  }
 }
 
 ProfilerSummary GroupProfiler::summary() const {
@@ -179,6 +252,11 @@ std::vector<LinkModel> GroupProfiler::link_matrix() const {
   std::vector<LinkModel> empty(static_cast<size_t>(n_) * n_);
   for (auto& l : empty) l.alpha_s = l.beta_s_per_byte = -1;
   return empty;
+}
+
+LinkAnalysis GroupProfiler::link_analysis() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return analysis_;
 }
 
 std::vector<double> GroupProfiler::recent_delays() const {

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "plan/link_model.h"
+#include "plan/link_probe.h"
 #include "plan/planner.h"
 #include "plan/settings.h"
 #include "plan/straggler_profiler.h"
@@ -28,7 +29,11 @@ using InternalSpec = std::function<CollectiveSpec(const char* name, DType dtype,
 
 class GroupProfiler {
  public:
-  GroupProfiler(int rank, int n, const Settings& settings, Planner& planner, std::string group);
+  // `links_can_degrade`: the transport crosses a network whose links may differ (TCP); on one
+  // host (shared memory) differences between probed links are scheduling noise, not degraded
+  // links, and are not reported as such.
+  GroupProfiler(int rank, int n, const Settings& settings, Planner& planner, std::string group,
+                bool links_can_degrade);
 
   // Worker thread, at the start of a call: runs a periodic link probe that is due.
   void before_call(Executor& ex, const InternalSpec& spec, std::chrono::milliseconds timeout);
@@ -42,19 +47,26 @@ class GroupProfiler {
   void probe_links(Executor& ex, const InternalSpec& spec, std::chrono::milliseconds timeout);
 
   bool enabled() const;
-  // The profiler's persistent straggler (-1: none).
+  // The profiler's persistent straggler (-1: none) and its median delay (seconds).
   int straggler() const { return straggler_.load(); }
+  double straggler_delay_s() const { return straggler_delay_s_.load(); }
   ProfilerSummary summary() const;
   const ProfilerSettings& settings() const { return settings_; }
   // The cost model in use and where it came from ("default" or "measured").
   LinkModel link_model(std::string* source) const;
-  // n*n per-link models from the last probe (alpha < 0: not measured).
+  // n*n per-link models from the last probe (links[i*n + j]: i -> j; alpha < 0: not measured).
   std::vector<LinkModel> link_matrix() const;
+  // Per-rank send/receive speed, slowdown factors and degraded ranks from the last probe.
+  LinkAnalysis link_analysis() const;
   // The window's per-call straggler delays (identical on every rank).
   std::vector<double> recent_delays() const;
 
  private:
   void exchange(Executor& ex, const InternalSpec& spec, std::chrono::milliseconds timeout);
+  // After an exchange: have the calls' times drifted from the cost model since the last probe?
+  // (identical on every rank: it reads the exchanged durations)
+  bool drifted(const std::vector<double>& all, int k);
+  void install(const std::vector<LinkModel>& matrix);
   std::vector<LinkModel> measure_own_row(Executor& ex, const InternalSpec& spec,
                                          std::chrono::milliseconds timeout);
 
@@ -62,6 +74,7 @@ class GroupProfiler {
   const int n_;
   const ProfilerSettings settings_;
   const int probe_every_;
+  const bool links_can_degrade_;
   Planner& planner_;
   const std::string group_;
 
@@ -70,14 +83,19 @@ class GroupProfiler {
   bool probe_pending_ = false;
   std::vector<double> batch_durations_;
   std::vector<int64_t> batch_bytes_;
+  std::vector<double> batch_predicted_;
+  double drift_baseline_ = 0;  // model/measured ratio of the first batch after a probe (0: unset)
+  uint64_t last_drift_probe_ = 0;  // exchange that last triggered a probe for drift
   uint64_t batch_first_call_ = 0;
 
   mutable std::mutex mu_;  // guards what readers see
   std::unique_ptr<StragglerProfiler> profiler_;
   std::atomic<int> straggler_{-1};
+  std::atomic<double> straggler_delay_s_{0};
   LinkModel link_;
   std::string link_source_ = "default";
   std::vector<LinkModel> link_matrix_;
+  LinkAnalysis analysis_;
   std::vector<double> recent_delays_;
 };
 

@@ -43,7 +43,8 @@ Session::Session(Rendezvous& rdv, SessionOptions options)
     }
     executor_ = std::make_unique<Executor>(*transport_);
     profiler_ = std::make_unique<GroupProfiler>(opt_.rank, opt_.size, opt_.settings, *planner_,
-                                                opt_.group_name);
+                                                opt_.group_name,
+                                                std::string(transport_->name()) == "tcp");
   }
   worker_ = std::make_unique<SerialWorker>();
   log_info(prefix() + " (size " + std::to_string(opt_.size) + "): all_reduce via " +
@@ -112,6 +113,7 @@ uint64_t Session::submit(AllreduceCall call) {
 
 void Session::run_call(AllreduceCall& call, CallRecord& record) {
   record.algorithm = path_ == AllreducePath::Delegate ? "gloo" : "local";
+  record.plan = record.algorithm;
   if (call.premul && call.numel > 0) {
     scale_inplace(call.dtype, call.data, call.numel, call.premul_factor);
   }
@@ -162,9 +164,15 @@ void Session::run_on_executor(AllreduceCall& call, CallRecord& record) {
   const size_t elem = dtype_size(call.dtype);
   const ExecutorStats before = executor_->stats();
   const int straggler = call_straggler(spec, call.numel * elem, call, record);
-  const PlanChoice choice = planner_->choose(call.numel * elem, straggler);
+  // How late the call's straggler is expected (the cost model weighs it against degraded links).
+  const double delay = planner_->dynamic()    ? record.window_s
+                       : planner_->profiled() ? profiler_->straggler_delay_s()
+                                              : 0.0;
+  const PlanChoice choice = planner_->choose(call.numel * elem, straggler, delay);
   record.algorithm = stragg::algorithm_name(choice.algorithm);
+  record.plan = choice.describe();
   record.straggler = choice.straggler;
+  record.predicted_s = choice.predicted_s;
   const auto plan = planner_->plan(opt_.rank, choice, call.numel, elem,
                                    transport_->supports_recv_limit());
   const auto run_start = Clock::now();
@@ -192,7 +200,7 @@ void Session::finish_call(AllreduceCall& call, CallRecord& record, std::exceptio
   if (opt_.settings.debug == DebugLevel::Detail) {
     std::ostringstream m;
     m << prefix() << " all_reduce #" << record.seq << " " << record.bytes << " B via "
-      << record.algorithm << " straggler " << record.straggler << ": queued "
+      << record.plan << " straggler " << record.straggler << ": queued "
       << record.queued_s * 1e6 << " us, agreement " << record.agreement_s * 1e6 << " us (window "
       << record.window_s * 1e6 << " us), run " << record.run_s * 1e6 << " us (waiting "
       << record.wait_s * 1e6 << " us, pre-arrival " << record.pre_arrival_s * 1e6 << " us)"
@@ -289,6 +297,11 @@ LinkModel Session::link_model(std::string* source) const {
   if (profiler_) return profiler_->link_model(source);
   if (source) *source = "default";
   return opt_.settings.link_model();
+}
+
+LinkAnalysis Session::link_analysis() const {
+  if (profiler_) return profiler_->link_analysis();
+  return LinkAnalysis{};
 }
 
 std::vector<LinkModel> Session::link_matrix() const {

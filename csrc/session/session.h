@@ -110,6 +110,8 @@ class Session {
   const ProfilerSettings& profiler_settings() const { return profiler_settings_; }
   LinkModel link_model(std::string* source) const;
   std::vector<LinkModel> link_matrix() const;
+  // Per-rank link speeds and degraded ranks from the last link probe.
+  LinkAnalysis link_analysis() const;
   // The dynamic straggler's wait-or-proceed window for a call of `bytes`.
   std::chrono::microseconds dynamic_window_for(size_t bytes) const;
 

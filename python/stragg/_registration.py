@@ -113,9 +113,12 @@ def _stragg_backend(group: dist.ProcessGroup | None) -> Any:
 def backend_stats(group: dist.ProcessGroup | None = None) -> dict[str, Any]:
     """Counters of the stragg backend of `group` (default: the default group).
 
-    Keys: "transport" ("shm", "local" for world size 1, or "gloo" when all_reduce is delegated),
-    "allreduce_calls" and "allreduce_bytes" (all_reduces run on stragg's executor),
-    "delegated_calls" (operations passed to the inner Gloo/NCCL backend), "failed_calls".
+    Keys: "transport" ("shm", "tcp", "local" for world size 1, or "gloo" when all_reduce is
+    delegated), "algorithm", "straggler", "allreduce_calls" and "allreduce_bytes" (all_reduces
+    run on stragg's executor), "delegated_calls" (operations passed to the inner Gloo/NCCL
+    backend), "failed_calls", timing totals, and from the last link probe: "degraded_ranks"
+    ({rank: slowdown factor l}), "links" (per rank: send/recv bytes/s, slowdown) and
+    "link_matrix" (n x n [alpha_s, beta_s_per_byte] of the directed links, None unmeasured).
     """
     backend = _stragg_backend(group)
     stats: dict[str, Any] = dict(backend.stats())
@@ -123,13 +126,20 @@ def backend_stats(group: dist.ProcessGroup | None = None) -> dict[str, Any]:
     stats["algorithm"] = backend.algorithm
     straggler = backend.straggler  # a rank, "auto" (profiler), "dynamic" or "none"
     stats["straggler"] = int(straggler) if straggler.isdigit() else straggler
+    links = backend.link_analysis()
+    stats["degraded_ranks"] = dict(links["degraded"])
+    stats["links"] = links["ranks"]
+    stats["link_matrix"] = [[None if v is None else list(v) for v in row]
+                            for row in backend.link_matrix()]
     return stats
 
 
 def recent_calls(group: dist.ProcessGroup | None = None) -> list[dict[str, Any]]:
     """The last (up to 1024) all_reduce calls of `group` on this rank, oldest first.
 
-    Each entry: seq, numel, bytes, algorithm, straggler (configured or agreed, -1 none),
+    Each entry: seq, numel, bytes, algorithm, plan (the algorithm with its parameters, e.g.
+    "optcc(3=2,k=16)"), predicted_s (the cost model's time, 0 if none), straggler (configured or
+    agreed, -1 none),
     queued_s (call to start), agreement_s (dynamic straggler agreement), run_s (executing the
     schedule), wait_s (of run_s, blocked on peers), pre_arrival_s (of run_s, in steps without the
     straggler), ok.

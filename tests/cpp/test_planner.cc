@@ -91,7 +91,8 @@ TEST(Planner, ConfiguredStragglerAndExplicitAlgorithms) {
   c.algo = Algorithm::Optcc;
   c.straggler = Straggler::none();
   Planner optcc(4, c);
-  EXPECT_EQ(optcc.choose(4096, kNoStraggler).straggler, 3);  // default: the last rank
+  // Default: the last rank at l = 2.
+  EXPECT_EQ(optcc.choose(4096, kNoStraggler).slow, (std::vector<Slowdown>{{3, 2.0}}));
 }
 
 TEST(Planner, DynamicWithStragglarRunsRingWhenNobodyIsLate) {
@@ -119,6 +120,74 @@ TEST(Planner, FallbacksAreReported) {
   EXPECT_EQ(big.plan(7, c, 1 << 18, 4)->tag, plan_tag(Algorithm::Stragglar));
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(20));
   EXPECT_TRUE(big.notes().empty());
+}
+
+// 4 hosts on a 300 Mbit/s network (alpha 100 us), one of them degraded by l.
+NetworkModel slow_network(double l, int rank = 3) {
+  NetworkModel net;
+  net.link = link(100e-6, 1.0 / 37.5e6);
+  if (l > 1) net.degraded = {{rank, l}};
+  return net;
+}
+
+TEST(Planner, AutoPicksOptccOnADegradedNetwork) {
+  const size_t bytes = 16u << 20;
+  for (double l : {1.33, 2.0, 3.0}) {
+    Planner p(4, auto_config());
+    p.set_network(slow_network(l));
+    const PlanChoice c = p.choose(bytes, kNoStraggler);
+    EXPECT_EQ(c.algorithm, Algorithm::Optcc) << "l=" << l << ": " << c.describe();
+    // Measured factors are quantised to 0.05 (1.33 -> 1.35) so that probe noise does not change
+    // the schedule.
+    ASSERT_EQ(c.slow.size(), 1u) << c.describe();
+    EXPECT_EQ(c.slow[0].rank, 3);
+    EXPECT_NEAR(c.slow[0].factor, l, 0.025) << c.describe();
+    EXPECT_GT(c.segments, 1) << c.describe();
+    // Its predicted time beats Ring's on the same network by more than the switch margin.
+    PlanChoice ring;
+    EXPECT_LT(c.predicted_s, 0.95 * p.predict(ring, bytes)) << "l=" << l;
+    // Choices are deterministic (every rank computes the same from the same model).
+    EXPECT_EQ(p.choose(bytes, kNoStraggler), c);
+  }
+  // Healthy network: the usual choice, no OptCC.
+  Planner healthy(4, auto_config());
+  healthy.set_network(slow_network(1.0));
+  EXPECT_EQ(healthy.choose(bytes, kNoStraggler).algorithm, Algorithm::Ring);
+  // Tiny messages are latency-bound: OptCC's many steps do not pay.
+  Planner tiny(4, auto_config());
+  tiny.set_network(slow_network(2.0));
+  EXPECT_NE(tiny.choose(1024, kNoStraggler).algorithm, Algorithm::Optcc);
+}
+
+TEST(Planner, ForcedSlowdownOverridesTheMeasuredNetwork) {
+  PlannerConfig c = auto_config();
+  c.slowdowns = {{1, 2.0}};
+  Planner p(4, c);
+  p.set_network(slow_network(1.0));  // measured healthy
+  const PlanChoice choice = p.choose(16u << 20, kNoStraggler);
+  EXPECT_EQ(choice.algorithm, Algorithm::Optcc);
+  EXPECT_EQ(choice.slow, (std::vector<Slowdown>{{1, 2.0}}));
+  EXPECT_EQ(p.network().degraded, (std::vector<Slowdown>{{1, 2.0}}));
+}
+
+TEST(Planner, LateAndSlowRankGetsTheBetterOfStragglarAndOptcc) {
+  const size_t bytes = 16u << 20;
+  Planner p(4, auto_config(Straggler::profiled()));
+  p.set_network(slow_network(2.0, 3));
+  PlanChoice ring;
+  const double t_ring = p.predict(ring, bytes);
+  // Rank 3 both degraded and late: with a long delay the early ranks' head start matters
+  // (StragglAR), with none OptCC's use of the slow link does; whichever the model finds faster.
+  for (double delay : {0.0, 2 * t_ring}) {
+    const PlanChoice c = p.choose(bytes, 3, delay);
+    PlanChoice stragglar;
+    stragglar.algorithm = Algorithm::Stragglar;
+    stragglar.straggler = 3;
+    const double t_stragglar = p.predict(stragglar, bytes, 3, delay);
+    EXPECT_LE(c.predicted_s, t_stragglar * (1 + 1e-9)) << delay << " " << c.describe();
+    EXPECT_LE(c.predicted_s, p.predict(ring, bytes, 3, delay) * (1 + 1e-9)) << delay;
+  }
+  EXPECT_EQ(p.choose(bytes, 3, 0.0).algorithm, Algorithm::Optcc);
 }
 
 TEST(Planner, RejectsBadConfiguration) {

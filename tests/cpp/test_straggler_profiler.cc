@@ -1,4 +1,4 @@
-// Persistent-straggler detection (StragglerProfiler) and link probing (link_probe): synthetic
+// Persistent-straggler detection (StragglerProfiler) on synthetic
 // duration matrices as the backend would exchange them every K calls.
 #include <gtest/gtest.h>
 
@@ -10,7 +10,6 @@
 #include <vector>
 
 #include "core/closed_forms.h"
-#include "plan/link_probe.h"
 #include "plan/straggler_profiler.h"
 #include "runtime/error.h"
 
@@ -463,136 +462,6 @@ TEST(StragglerProfiler, SettingsValidation) {
   EXPECT_THROW(p.add_batch(std::vector<double>(8), 2, {1, 1}, LinkModel{-1, 1e-9}, 0), Error);
   EXPECT_THROW(p.add_batch({}, -1, {}, LinkModel{}, 0), Error);
   EXPECT_FALSE(p.add_batch({}, 0, {}, LinkModel{}, 0));
-}
-
-// ---- link probing ----------------------------------------------------------------------------
-
-TEST(LinkProbe, EveryPairMeetsExactlyOnce) {
-  EXPECT_EQ(probe_rounds(1), 0);
-  for (int n = 2; n <= 9; ++n) {
-    const int rounds = probe_rounds(n);
-    EXPECT_EQ(rounds, n % 2 ? n : n - 1) << n;
-    std::vector<int> met(n * n, 0);
-    for (int round = 0; round < rounds; ++round) {
-      int idle = 0;
-      for (int r = 0; r < n; ++r) {
-        const int p = probe_partner(n, round, r);
-        if (p < 0) {
-          ++idle;
-          continue;
-        }
-        ASSERT_LT(p, n);
-        ASSERT_NE(p, r);
-        ASSERT_EQ(probe_partner(n, round, p), r) << "n=" << n << " round=" << round;
-        ++met[r * n + p];
-      }
-      EXPECT_EQ(idle, n % 2) << "n=" << n << " round=" << round;
-    }
-    for (int i = 0; i < n; ++i)
-      for (int j = 0; j < n; ++j) EXPECT_EQ(met[i * n + j], i == j ? 0 : 1) << n << " " << i << " " << j;
-  }
-  EXPECT_THROW(probe_rounds(0), Error);
-  EXPECT_THROW(probe_partner(4, 3, 0), Error);
-  EXPECT_THROW(probe_partner(4, 0, 4), Error);
-}
-
-TEST(LinkProbe, PlanShapes) {
-  const int n = 4, round = 1;
-  const int peer = probe_partner(n, round, 0);
-  ASSERT_GE(peer, 0);
-  const RankPlan many = link_probe_plan(n, 0, round, 5, 3, true);
-  const RankPlan other = link_probe_plan(n, peer, round, 5, 3, true);
-  EXPECT_EQ(many.tag, kLinkProbeTag);
-  ASSERT_EQ(many.steps.size(), 5u);
-  ASSERT_EQ(other.steps.size(), 5u);
-  std::set<uint32_t> ids;
-  for (size_t i = 0; i < 5; ++i) {
-    const PlanStep& s = many.steps[i];
-    ids.insert(s.id);
-    EXPECT_EQ(s.id, other.steps[i].id);
-    EXPECT_FALSE(s.pre_arrival);
-    ASSERT_EQ(s.sends.size(), 1u);
-    ASSERT_EQ(s.recvs.size(), 1u);
-    EXPECT_EQ(s.sends[0].peer, peer);
-    EXPECT_EQ(s.sends[0].offset, i * 3);
-    EXPECT_EQ(s.sends[0].count, 3u);
-    EXPECT_EQ(s.recvs[0].peer, peer);
-    EXPECT_EQ(s.recvs[0].offset, 15 + i * 3);
-    EXPECT_EQ(s.recvs[0].count, 3u);
-    EXPECT_FALSE(s.recvs[0].reduce);
-    EXPECT_FALSE(s.recvs[0].staged);
-    EXPECT_EQ(other.steps[i].sends[0].peer, 0);
-  }
-  EXPECT_EQ(ids.size(), 5u);
-
-  const RankPlan one = link_probe_plan(n, 0, round, 5, 3, false);
-  ASSERT_EQ(one.steps.size(), 1u);
-  EXPECT_EQ(ids.count(one.steps[0].id), 0u);  // differs from the many-message ids
-  EXPECT_EQ(one.steps[0].id, link_probe_plan(n, peer, round, 5, 3, false).steps[0].id);
-  EXPECT_EQ(one.steps[0].sends.at(0).offset, 0u);
-  EXPECT_EQ(one.steps[0].sends.at(0).count, 15u);
-  EXPECT_EQ(one.steps[0].recvs.at(0).offset, 15u);
-  EXPECT_EQ(one.steps[0].recvs.at(0).count, 15u);
-  EXPECT_FALSE(one.steps[0].recvs.at(0).reduce);
-
-  // n = 3: one idle rank per round, with an empty plan.
-  for (int r = 0; r < 3; ++r) {
-    const RankPlan p = link_probe_plan(3, r, 0, 4, 8, true);
-    EXPECT_EQ(p.steps.empty(), probe_partner(3, 0, r) < 0);
-  }
-  EXPECT_THROW(link_probe_plan(4, 0, 0, 0, 3, true), Error);
-  EXPECT_THROW(link_probe_plan(4, 0, 0, 2, 0, true), Error);
-  EXPECT_THROW(link_probe_plan(4, 0, 3, 2, 3, true), Error);
-}
-
-TEST(LinkProbe, EstimateLinkRecoversAlphaBeta) {
-  const double alpha = 20e-6, beta = 1.0 / 5e9;
-  const int m = 8;
-  const size_t s = 64 * 1024;
-  const double t_many = m * (alpha + s * beta);
-  const double t_one = alpha + m * s * beta;
-  const LinkModel l = estimate_link(t_many, t_one, m, s);
-  EXPECT_NEAR(l.alpha_s, alpha, alpha * 1e-9);
-  EXPECT_NEAR(l.beta_s_per_byte, beta, beta * 1e-9);
-
-  // Noise that makes the many-message run faster: alpha clamps to a tiny positive value.
-  const LinkModel c = estimate_link(0.001, 0.002, m, s);
-  EXPECT_EQ(c.alpha_s, kMinProbeAlpha);
-  EXPECT_NEAR(c.beta_s_per_byte, (0.002 - kMinProbeAlpha) / (m * double(s)), 1e-18);
-  const LinkModel z = estimate_link(0.0, 0.0, m, s);
-  EXPECT_GT(z.alpha_s, 0.0);
-  EXPECT_GT(z.beta_s_per_byte, 0.0);
-
-  EXPECT_THROW(estimate_link(1, 1, 1, s), Error);
-  EXPECT_THROW(estimate_link(1, 1, m, 0), Error);
-  EXPECT_THROW(estimate_link(-1, 1, m, s), Error);
-  EXPECT_THROW(estimate_link(NAN, 1, m, s), Error);
-}
-
-TEST(LinkProbe, CombineLinksMedians) {
-  const int n = 3;
-  std::vector<LinkModel> links(n * n, LinkModel{-1, -1});
-  links[0 * n + 0] = {100, 100};  // diagonal: ignored
-  links[0 * n + 1] = {1e-6, 1e-9};
-  links[0 * n + 2] = {5e-6, 3e-9};
-  links[1 * n + 0] = {2e-6, 4e-9};
-  links[1 * n + 2] = {9e-6, 2e-9};
-  links[2 * n + 0] = {-1, 7e-9};  // unmeasured
-  links[2 * n + 1] = {3e-6, 8e-9};
-  // Measured: alphas {1,5,2,9,3}e-6 -> 3e-6; betas {1,3,4,2,8}e-9 -> 3e-9.
-  LinkModel c = combine_links(links, n);
-  EXPECT_DOUBLE_EQ(c.alpha_s, 3e-6);
-  EXPECT_DOUBLE_EQ(c.beta_s_per_byte, 3e-9);
-  // Even count: mean of the two middle values.
-  links[2 * n + 1] = {-1, 0};
-  c = combine_links(links, n);  // alphas {1,2,5,9} -> 3.5; betas {1,2,3,4} -> 2.5
-  EXPECT_DOUBLE_EQ(c.alpha_s, 3.5e-6);
-  EXPECT_DOUBLE_EQ(c.beta_s_per_byte, 2.5e-9);
-  // Nothing measured: the defaults.
-  const LinkModel d = combine_links(std::vector<LinkModel>(4, LinkModel{-1, 0}), 2);
-  EXPECT_EQ(d.alpha_s, LinkModel{}.alpha_s);
-  EXPECT_EQ(d.beta_s_per_byte, LinkModel{}.beta_s_per_byte);
-  EXPECT_THROW(combine_links(links, 2), Error);
 }
 
 }  // namespace

@@ -1,0 +1,190 @@
+// Link probes: the pairing, the directed probe plans, the alpha/beta estimate, and what the
+// per-link matrix says about each rank (degraded links).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <set>
+#include <vector>
+
+#include "plan/link_probe.h"
+#include "runtime/error.h"
+
+namespace stragg {
+namespace {
+
+TEST(LinkProbe, EveryPairMeetsExactlyOnce) {
+  EXPECT_EQ(probe_rounds(1), 0);
+  for (int n = 2; n <= 9; ++n) {
+    const int rounds = probe_rounds(n);
+    EXPECT_EQ(rounds, n % 2 ? n : n - 1) << n;
+    std::vector<int> met(n * n, 0);
+    for (int round = 0; round < rounds; ++round) {
+      int idle = 0;
+      for (int r = 0; r < n; ++r) {
+        const int p = probe_partner(n, round, r);
+        if (p < 0) {
+          ++idle;
+          continue;
+        }
+        ASSERT_LT(p, n);
+        ASSERT_NE(p, r);
+        ASSERT_EQ(probe_partner(n, round, p), r) << "n=" << n << " round=" << round;
+        ++met[r * n + p];
+      }
+      EXPECT_EQ(idle, n % 2) << "n=" << n << " round=" << round;
+    }
+    for (int i = 0; i < n; ++i)
+      for (int j = 0; j < n; ++j) EXPECT_EQ(met[i * n + j], i == j ? 0 : 1) << n << " " << i << " " << j;
+  }
+  EXPECT_THROW(probe_rounds(0), Error);
+  EXPECT_THROW(probe_partner(4, 3, 0), Error);
+  EXPECT_THROW(probe_partner(4, 0, 4), Error);
+}
+
+TEST(LinkProbe, EveryDirectedLinkHasExactlyOneSender) {
+  for (int n = 2; n <= 7; ++n) {
+    std::vector<int> timed(n * n, 0);
+    for (int round = 0; round < probe_rounds(n); ++round) {
+      for (int direction : {0, 1}) {
+        for (int r = 0; r < n; ++r) {
+          if (!probe_sends(n, round, direction, r)) continue;
+          const int p = probe_partner(n, round, r);
+          ASSERT_GE(p, 0);
+          EXPECT_FALSE(probe_sends(n, round, direction, p)) << "both ends send";
+          ++timed[r * n + p];
+        }
+      }
+    }
+    for (int i = 0; i < n; ++i)
+      for (int j = 0; j < n; ++j) EXPECT_EQ(timed[i * n + j], i == j ? 0 : 1) << n << " " << i << " " << j;
+  }
+  EXPECT_THROW(probe_sends(4, 0, 2, 0), Error);
+}
+
+TEST(LinkProbe, DirectedPlansMirrorEachOther) {
+  const int n = 4, round = 1, m = 5;
+  const size_t elems = 3;
+  const int peer = probe_partner(n, round, 0);
+  ASSERT_GT(peer, 0);  // rank 0 is the lower rank: it sends in direction 0
+  for (bool many : {true, false}) {
+    const RankPlan snd = link_probe_plan(n, 0, round, 0, m, elems, many);
+    const RankPlan rcv = link_probe_plan(n, peer, round, 0, m, elems, many);
+    EXPECT_EQ(snd.tag, kLinkProbeTag);
+    const size_t payload_steps = many ? m : 1;
+    ASSERT_EQ(snd.steps.size(), payload_steps + 1);
+    ASSERT_EQ(rcv.steps.size(), payload_steps + 1);
+    size_t sent = 0;
+    for (size_t i = 0; i < payload_steps; ++i) {
+      EXPECT_EQ(snd.steps[i].id, rcv.steps[i].id);
+      ASSERT_EQ(snd.steps[i].sends.size(), 1u);
+      EXPECT_TRUE(snd.steps[i].recvs.empty());
+      ASSERT_EQ(rcv.steps[i].recvs.size(), 1u);
+      EXPECT_TRUE(rcv.steps[i].sends.empty());
+      EXPECT_EQ(snd.steps[i].sends[0].peer, peer);
+      EXPECT_EQ(rcv.steps[i].recvs[0].peer, 0);
+      EXPECT_EQ(snd.steps[i].sends[0].count, rcv.steps[i].recvs[0].count);
+      EXPECT_EQ(rcv.steps[i].recvs[0].offset, m * elems + snd.steps[i].sends[0].offset);
+      EXPECT_FALSE(rcv.steps[i].recvs[0].reduce);
+      sent += snd.steps[i].sends[0].count;
+    }
+    EXPECT_EQ(sent, m * elems);
+    // The acknowledgement goes back.
+    const PlanStep& ack_s = snd.steps.back();
+    const PlanStep& ack_r = rcv.steps.back();
+    EXPECT_EQ(ack_s.id, ack_r.id);
+    ASSERT_EQ(ack_s.recvs.size(), 1u);
+    ASSERT_EQ(ack_r.sends.size(), 1u);
+    EXPECT_EQ(ack_s.recvs[0].count, 1u);
+    EXPECT_EQ(ack_r.sends[0].count, 1u);
+  }
+  // Many and one use different step ids (partners that disagree notice).
+  std::set<uint32_t> ids_many, ids_one;
+  for (const auto& s : link_probe_plan(n, 0, round, 0, m, elems, true).steps) ids_many.insert(s.id);
+  for (const auto& s : link_probe_plan(n, 0, round, 0, m, elems, false).steps) ids_one.insert(s.id);
+  for (uint32_t id : ids_one) EXPECT_EQ(ids_many.count(id), 0u) << id;
+  // n = 3: the idle rank has no steps.
+  for (int r = 0; r < 3; ++r) {
+    EXPECT_EQ(link_probe_plan(3, r, 0, 1, 4, 8, true).steps.empty(), probe_partner(3, 0, r) < 0);
+  }
+  EXPECT_THROW(link_probe_plan(4, 0, 0, 0, 0, 3, true), Error);
+  EXPECT_THROW(link_probe_plan(4, 0, 0, 0, 2, 0, true), Error);
+  EXPECT_THROW(link_probe_plan(4, 0, 3, 0, 2, 3, true), Error);
+  EXPECT_THROW(link_probe_plan(4, 0, 0, 5, 2, 3, true), Error);
+}
+
+TEST(LinkProbe, EstimateLinkRecoversAlphaBeta) {
+  const double alpha = 20e-6, beta = 1.0 / 5e9;
+  const int m = 8;
+  const size_t s = 64 * 1024;
+  // m messages then an acknowledgement, against one message then an acknowledgement.
+  const double t_many = m * (alpha + s * beta) + alpha;
+  const double t_one = alpha + m * s * beta + alpha;
+  const LinkModel l = estimate_link(t_many, t_one, m, s);
+  EXPECT_NEAR(l.alpha_s, alpha, alpha * 1e-9);
+  EXPECT_NEAR(l.beta_s_per_byte, beta, beta * 1e-9);
+  // Noise that makes the many-message run faster: alpha clamps to a tiny positive value.
+  const LinkModel c = estimate_link(0.001, 0.002, m, s);
+  EXPECT_EQ(c.alpha_s, kMinProbeAlpha);
+  const LinkModel z = estimate_link(0.0, 0.0, m, s);
+  EXPECT_GT(z.alpha_s, 0.0);
+  EXPECT_GT(z.beta_s_per_byte, 0.0);
+  EXPECT_THROW(estimate_link(1, 1, 1, s), Error);
+  EXPECT_THROW(estimate_link(1, 1, m, 0), Error);
+  EXPECT_THROW(estimate_link(-1, 1, m, s), Error);
+  EXPECT_THROW(estimate_link(NAN, 1, m, s), Error);
+}
+
+// A matrix where a link i -> j runs at the slower of i's send side and j's receive side.
+std::vector<LinkModel> network(const std::vector<double>& send, const std::vector<double>& recv,
+                               double beta, double alpha = 10e-6) {
+  const int n = static_cast<int>(send.size());
+  std::vector<LinkModel> m(n * n, LinkModel{-1, -1});
+  for (int i = 0; i < n; ++i) {
+    for (int j = 0; j < n; ++j) {
+      if (i != j) m[i * n + j] = {alpha, beta * std::max(send[i], recv[j])};
+    }
+  }
+  return m;
+}
+
+TEST(LinkAnalysis, FindsTheDegradedRankAndItsFactor) {
+  const double beta = 1.0 / 37.5e6;  // 300 Mbit/s
+  const auto a = analyze_links(network({1, 1, 1, 2}, {1, 1, 1, 2}, beta), 4, 1.1);
+  ASSERT_EQ(a.degraded.size(), 1u);
+  EXPECT_EQ(a.degraded[0].rank, 3);
+  EXPECT_NEAR(a.degraded[0].factor, 2.0, 1e-9);
+  EXPECT_NEAR(a.reference.beta_s_per_byte, beta, beta * 1e-9);
+  EXPECT_NEAR(a.reference.alpha_s, 10e-6, 1e-12);
+  for (int r = 0; r < 3; ++r) EXPECT_EQ(a.slowdown[r], 1.0);
+  // Only its sending side is slow (a degraded uplink): still found, from its outgoing links.
+  const auto up = analyze_links(network({1, 1.33, 1, 1}, {1, 1, 1, 1}, beta), 4, 1.1);
+  ASSERT_EQ(up.degraded.size(), 1u);
+  EXPECT_EQ(up.degraded[0].rank, 1);
+  EXPECT_NEAR(up.degraded[0].factor, 1.33, 1e-9);
+  EXPECT_NEAR(up.send_beta[1], 1.33 * beta, 1e-18);
+  EXPECT_NEAR(up.recv_beta[1], beta, 1e-18);
+  // Two degraded ranks of five.
+  const auto two = analyze_links(network({1, 3, 1, 1, 1.5}, {1, 3, 1, 1, 1.5}, beta), 5, 1.1);
+  ASSERT_EQ(two.degraded.size(), 2u);
+  EXPECT_EQ(two.degraded[0].rank, 1);
+  EXPECT_NEAR(two.degraded[0].factor, 3.0, 1e-9);
+  EXPECT_EQ(two.degraded[1].rank, 4);
+  EXPECT_NEAR(two.degraded[1].factor, 1.5, 1e-9);
+}
+
+TEST(LinkAnalysis, NoiseBelowTheThresholdIsNotADegradedLink) {
+  const double beta = 1e-9;
+  const auto a = analyze_links(network({1, 1.04, 0.97, 1.02}, {1.03, 1, 1, 0.98}, beta), 4, 1.1);
+  EXPECT_TRUE(a.degraded.empty());
+  // Unmeasured links are ignored; nothing measured gives the defaults.
+  std::vector<LinkModel> none(9, LinkModel{-1, -1});
+  const auto e = analyze_links(none, 3, 1.1);
+  EXPECT_TRUE(e.degraded.empty());
+  EXPECT_EQ(e.reference.alpha_s, LinkModel{}.alpha_s);
+  EXPECT_EQ(e.send_beta[0], -1);
+  EXPECT_THROW(analyze_links(none, 2, 1.1), Error);
+  EXPECT_THROW(analyze_links(none, 3, 0.5), Error);
+}
+
+}  // namespace
+}  // namespace stragg
