@@ -62,6 +62,7 @@ PlannerConfig PlannerConfig::from(const Settings& s) {
   c.algo = s.algo;
   c.straggler = s.straggler;
   c.slowdowns = s.slowdowns;
+  c.optcc_segments = s.optcc_segments;
   c.link = s.link_model();
   return c;
 }
@@ -276,8 +277,13 @@ PlanChoice Planner::auto_degraded(size_t bytes, int call_straggler, double delay
   }
   const int healthy = n_ - static_cast<int>(net.degraded.size());
   if (n_ >= 3 && healthy >= 1) {
-    for (int k : optcc_segment_candidates()) {
-      if (static_cast<double>(bytes) / (k * healthy) < kMinOptccChunkBytes && k > 1) break;
+    std::vector<int> ks = optcc_segment_candidates();
+    if (config_.optcc_segments > 0) ks = {config_.optcc_segments};
+    for (int k : ks) {
+      if (static_cast<double>(bytes) / (k * healthy) < kMinOptccChunkBytes && k > 1 &&
+          config_.optcc_segments == 0) {
+        break;
+      }
       PlanChoice c;
       c.algorithm = Algorithm::Optcc;
       c.slow = net.degraded;
@@ -321,6 +327,7 @@ PlanChoice Planner::fixed_choice(int call_straggler, const NetworkModel& net) co
   if (algorithm_ == Algorithm::Optcc) {
     c.slow = net.degraded;
     if (c.slow.empty()) c.slow = {{call_straggler >= 0 ? call_straggler : n_ - 1, 2.0}};
+    c.segments = config_.optcc_segments;
     return c;
   }
   if (algorithm_needs_straggler(algorithm_)) c.straggler = call_straggler;

@@ -36,6 +36,7 @@ struct PlannerConfig {
   Algorithm algo = Algorithm::Auto;
   Straggler straggler = Straggler::none();
   std::vector<Slowdown> slowdowns;  // OptCC's degraded ranks (empty: the straggler at l = 2)
+  int optcc_segments = 0;           // OptCC's k (0: Auto picks by the cost model; fixed: 8)
   size_t max_staging_bytes = 1 << 20;
   LinkModel link;  // cost model of Auto (replaced by measured values through set_link_model)
   double switch_margin = 0.05;

@@ -195,6 +195,17 @@ const std::vector<Row>& rows() {
         true},
        [](Settings& s, const SettingValue& v, const std::string& a) { s.slowdowns = slowdowns_of(v, a); },
        [](const Settings& s) { return slowdowns_text(s.slowdowns); }},
+      {{"optcc_segments", "STRAGG_OPTCC_SEGMENTS", "int or auto", "auto",
+        "auto or an integer from 1 to 1024",
+        "OptCC's pipelined segments k (auto: the count the cost model predicts fastest for the "
+        "message size)",
+        true},
+       [](Settings& s, const SettingValue& v, const std::string& a) {
+         s.optcc_segments = trim_lower(v.raw) == "auto" ? 0 : static_cast<int>(int_in(v, 1, 1024, a));
+       },
+       [](const Settings& s) {
+         return s.optcc_segments == 0 ? std::string("auto") : std::to_string(s.optcc_segments);
+       }},
       {{"alpha_us", "STRAGG_ALPHA_US", "float", num(kDefaultAlphaS * 1e6), "a number >= 0",
         "cost-model latency per message (microseconds) until the link probes measure it", true},
        [](Settings& s, const SettingValue& v, const std::string& a) {

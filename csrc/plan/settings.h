@@ -67,6 +67,7 @@ struct Settings {
   Straggler straggler = Straggler::profiled();
   int64_t dynamic_window_us = -1;   // dynamic straggler's wait-or-proceed window; -1: cost model
   std::vector<Slowdown> slowdowns;  // forced degraded ranks; empty: as measured by link probes
+  int optcc_segments = 0;           // OptCC's pipelined segments k; 0: chosen by the cost model
   double alpha_us = kDefaultAlphaS * 1e6;                   // cost model until link probes
   double bandwidth_gbps = kDefaultBandwidthBytesPerS / 1e9;  // measure it
   size_t shm_slot_bytes = 512 * 1024;
