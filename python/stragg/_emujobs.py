@@ -19,7 +19,11 @@ import subprocess
 import threading
 import time
 from collections import deque
-from typing import IO, Callable, Optional
+from typing import IO, TYPE_CHECKING, Callable
+
+if TYPE_CHECKING:
+    from typing_extensions import Self
+
 
 KEEP_LINES = 20000  # per process, for JobResult.output()
 log = logging.getLogger("stragg.emucluster")
@@ -36,9 +40,9 @@ class ProcSpec:
 @dataclasses.dataclass
 class JobResult:
     labels: list[str]
-    returncodes: list[Optional[int]]  # as Popen reports them (negative: killed by that signal)
+    returncodes: list[int | None]  # as Popen reports them (negative: killed by that signal)
     timed_out: bool
-    first_failure: Optional[str]  # label of the process that failed first (not killed by us)
+    first_failure: str | None  # label of the process that failed first (not killed by us)
     killed: list[str]  # labels of the processes this job killed (fail-fast, timeout, Ctrl-C)
     outputs: list[str]
 
@@ -82,8 +86,8 @@ class Job:
     def __init__(
         self,
         specs: list[ProcSpec],
-        output: Optional[IO[str]] = None,
-        on_exit: Optional[Callable[[Job], None]] = None,
+        output: IO[str] | None = None,
+        on_exit: Callable[[Job], None] | None = None,
     ) -> None:
         self.specs = specs
         self.labels = [s.label for s in specs]
@@ -127,13 +131,15 @@ class Job:
             if self._sink is not None:
                 with self._sink_lock:
                     try:
-                        self._sink.write(prefix + line if line.endswith("\n") else prefix + line + "\n")
+                        self._sink.write(
+                            prefix + line if line.endswith("\n") else prefix + line + "\n"
+                        )
                         self._sink.flush()
                     except (OSError, ValueError):
                         pass
         proc.stdout.close()
 
-    def poll(self) -> list[Optional[int]]:
+    def poll(self) -> list[int | None]:
         return [p.poll() for p in self.procs]
 
     def running(self) -> bool:
@@ -144,7 +150,7 @@ class Job:
 
     def wait(
         self,
-        timeout: Optional[float] = None,
+        timeout: float | None = None,
         fail_fast: bool = True,
         fail_grace: float = 5.0,
     ) -> JobResult:
@@ -152,7 +158,7 @@ class Job:
         fail_grace seconds to finish (to report their own error), then are killed. timeout:
         everything still running then is killed and the result says timed_out."""
         start = time.monotonic()
-        first_failure: Optional[int] = None
+        first_failure: int | None = None
         failed_at = 0.0
         timed_out = False
         try:
@@ -211,7 +217,7 @@ class Job:
             if self._on_exit is not None:
                 self._on_exit(self)
 
-    def __enter__(self) -> Job:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -73,10 +73,19 @@ class Host:
 
 
 _RATE_UNITS = {
-    "bit": 1, "kbit": 1e3, "mbit": 1e6, "gbit": 1e9, "tbit": 1e12,
-    "kibit": 1024, "mibit": 1024**2, "gibit": 1024**3,
-    "bps": 8, "kbps": 8e3, "mbps": 8e6, "gbps": 8e9,
-}  # fmt: skip
+    "bit": 1,
+    "kbit": 1e3,
+    "mbit": 1e6,
+    "gbit": 1e9,
+    "tbit": 1e12,
+    "kibit": 1024,
+    "mibit": 1024**2,
+    "gibit": 1024**3,
+    "bps": 8,
+    "kbps": 8e3,
+    "mbps": 8e6,
+    "gbps": 8e9,
+}
 
 
 def parse_rate(text: str | int) -> int:
@@ -128,7 +137,7 @@ def parse_delay(value: str | float | None) -> int:
         value = float(m.group(1)) * {"s": 1.0, "ms": 1e-3, "us": 1e-6}[m.group(2)]
     if float(value) < 0:
         raise EmuClusterError(f"bad delay {value!r}: must not be negative")
-    return int(round(float(value) * 1e6))
+    return round(float(value) * 1e6)
 
 
 def parse_degrade(specs: Any, hosts: int) -> dict[int, float]:
@@ -185,8 +194,11 @@ def check_privileges() -> None:
         if os.geteuid() != 0:
             raise PrivilegeError("needs root to create network namespaces: run it as root (sudo)")
     else:
-        missing = [n for n, b in (("CAP_NET_ADMIN", _CAP_NET_ADMIN), ("CAP_SYS_ADMIN", _CAP_SYS_ADMIN))
-                   if not caps >> b & 1]  # fmt: skip
+        missing = [
+            n
+            for n, b in (("CAP_NET_ADMIN", _CAP_NET_ADMIN), ("CAP_SYS_ADMIN", _CAP_SYS_ADMIN))
+            if not caps >> b & 1
+        ]
         if missing:
             raise PrivilegeError(
                 f"needs root ({' and '.join(missing)} missing) to create network namespaces, "
@@ -199,7 +211,7 @@ def check_privileges() -> None:
 
 def _cmd(argv: list[str], check: bool = True) -> subprocess.CompletedProcess:
     try:
-        done = subprocess.run(argv, capture_output=True, text=True, timeout=60)
+        done = subprocess.run(argv, check=False, capture_output=True, text=True, timeout=60)
     except (OSError, subprocess.TimeoutExpired) as exc:
         raise EmuClusterError(f"`{' '.join(argv)}` failed: {exc}") from exc
     if check and done.returncode != 0:
@@ -207,12 +219,14 @@ def _cmd(argv: list[str], check: bool = True) -> subprocess.CompletedProcess:
     return done
 
 
-def ip(netns: str | None, *args: str, check: bool = True) -> subprocess.CompletedProcess:
-    return _cmd(["ip", *(["-n", netns] if netns else []), *args], check)
+def ip(netns: str | None, cmd: str, *raw: str, check: bool = True) -> subprocess.CompletedProcess:
+    """`ip [-n netns] CMD RAW...`: cmd is split at spaces (names have none), raw args are not."""
+    return _cmd(["ip", *(["-n", netns] if netns else []), *cmd.split(), *raw], check)
 
 
-def tc(netns: str, *args: str, check: bool = True) -> subprocess.CompletedProcess:
-    return _cmd(["tc", "-n", netns, *args], check)
+def tc(netns: str, cmd: str, *raw: str, check: bool = True) -> subprocess.CompletedProcess:
+    """`tc -n netns CMD RAW...`, split as for ip()."""
+    return _cmd(["tc", "-n", netns, *cmd.split(), *raw], check)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -279,7 +293,7 @@ def remove(name: str, grace_s: float = 2.0) -> list[str]:
     if pids:
         _kill_pids(pids, grace_s)
     for ns in found:
-        ip(None, "netns", "del", ns, check=False)
+        ip(None, f"netns del {ns}", check=False)
     pat = re.compile(rf"{re.escape(NS_PREFIX + name)}-(sw|h\d+)")
     if os.path.isdir(NETNS_ETC):
         for entry in os.listdir(NETNS_ETC):
@@ -304,27 +318,29 @@ def create(name: str, count: int, subnet: str = DEFAULT_SUBNET) -> list[Host]:
     if not isinstance(net, ipaddress.IPv4Network):
         raise EmuClusterError(f"subnet {subnet!r} is not IPv4")
     if count < 1 or count > net.num_addresses - 2:
-        raise EmuClusterError(f"{count} hosts do not fit in subnet {subnet} (1..{net.num_addresses - 2})")
+        raise EmuClusterError(
+            f"{count} hosts do not fit in subnet {subnet} (1..{net.num_addresses - 2})"
+        )
     addrs = list(net.hosts())[:count]
     sw = switch_ns(name)
-    ip(None, "netns", "add", sw)
-    ip(sw, "link", "set", "lo", "up")
-    ip(sw, "link", "add", BRIDGE, "type", "bridge")
-    ip(sw, "link", "set", BRIDGE, "addrgenmode", "none")
-    ip(sw, "link", "set", BRIDGE, "up")
+    ip(None, f"netns add {sw}")
+    ip(sw, "link set lo up")
+    ip(sw, f"link add {BRIDGE} type bridge")
+    ip(sw, f"link set {BRIDGE} addrgenmode none")
+    ip(sw, f"link set {BRIDGE} up")
     hosts = []
     for rank in range(count):
         ns, port = host_ns(name, rank), f"h{rank}"
-        ip(None, "netns", "add", ns)
+        ip(None, f"netns add {ns}")
         # Both ends are born inside our namespaces: the caller's namespace never sees them.
-        ip(sw, "link", "add", port, "type", "veth", "peer", "name", HOST_IF, "netns", ns)
-        ip(sw, "link", "set", port, "addrgenmode", "none")
-        ip(sw, "link", "set", port, "master", BRIDGE)
-        ip(sw, "link", "set", port, "up")
-        ip(ns, "link", "set", "lo", "up")
-        ip(ns, "link", "set", HOST_IF, "addrgenmode", "none")  # no IPv6 chatter
-        ip(ns, "addr", "add", f"{addrs[rank]}/{net.prefixlen}", "dev", HOST_IF)
-        ip(ns, "link", "set", HOST_IF, "up")
+        ip(sw, f"link add {port} type veth peer name {HOST_IF} netns {ns}")
+        ip(sw, f"link set {port} addrgenmode none")
+        ip(sw, f"link set {port} master {BRIDGE}")
+        ip(sw, f"link set {port} up")
+        ip(ns, "link set lo up")
+        ip(ns, f"link set {HOST_IF} addrgenmode none")  # no IPv6 chatter
+        ip(ns, f"addr add {addrs[rank]}/{net.prefixlen} dev {HOST_IF}")
+        ip(ns, f"link set {HOST_IF} up")
         hosts.append(Host(rank, ns, HOST_IF, port, str(addrs[rank])))
     _write_hosts_files(name, hosts)
     return hosts
@@ -338,12 +354,11 @@ def _write_hosts_files(name: str, hosts: list[Host]) -> None:
             base = f.read()
     except OSError:
         base = "127.0.0.1 localhost\n"
-    if not re.search(r"^::1\s", base, re.M):
+    if not re.search(r"^::1\s", base, re.MULTILINE):
         base = base.rstrip() + "\n::1 localhost\n"
-    # The IPv4-mapped lines let dual-stack servers (c10d's TCPStore) name their peers too.
-    lines = "".join(
-        f"{h.addr} {h.netns} h{h.rank}\n::ffff:{h.addr} {h.netns} h{h.rank}\n" for h in hosts
-    )
+    # The IPv4-mapped lines let dual-stack servers (c10d's TCPStore) name their peers; they
+    # carry only the long name, so that h<i> resolves to the IPv4 address alone.
+    lines = "".join(f"{h.addr} {h.netns} h{h.rank}\n::ffff:{h.addr} {h.netns}\n" for h in hosts)
     for h in hosts:
         d = os.path.join(NETNS_ETC, h.netns)
         os.makedirs(d, exist_ok=True)
@@ -356,29 +371,26 @@ def _write_hosts_files(name: str, hosts: list[Host]) -> None:
 
 
 def _shape_dev(netns: str, dev: str, rate_bit: int, loss: float, delay_us: int) -> None:
-    tc(netns, "qdisc", "del", "dev", dev, "root", check=False)
-    tc(netns, "qdisc", "add", "dev", dev, "root", "handle", "1:", "htb", "default", "1")
-    quantum = str(min(max(rate_bit // 8 // 100, 1514), 200000))  # >= MTU, quiet htb
-    rate = f"{rate_bit}bit"
-    tc(netns, "class", "add", "dev", dev, "parent", "1:", "classid", "1:1",
-       "htb", "rate", rate, "ceil", rate, "quantum", quantum)  # fmt: skip
+    tc(netns, f"qdisc del dev {dev} root", check=False)
+    tc(netns, f"qdisc add dev {dev} root handle 1: htb default 1")
+    quantum = min(max(rate_bit // 8 // 100, 1514), 200000)  # >= MTU, and htb stays quiet
+    rate = f"rate {rate_bit}bit ceil {rate_bit}bit quantum {quantum}"
+    tc(netns, f"class add dev {dev} parent 1: classid 1:1 htb {rate}")
     if delay_us:
-        done = tc(netns, "qdisc", "add", "dev", dev, "parent", "1:1", "handle", "10:",
-                  "netem", "delay", f"{delay_us}us", "limit", "100000", check=False)  # fmt: skip
+        netem = f"qdisc add dev {dev} parent 1:1 handle 10: netem delay {delay_us}us limit 100000"
+        done = tc(netns, netem, check=False)
         if done.returncode != 0:
             raise EmuClusterError(
                 "--delay needs the netem qdisc, which this kernel lacks (CONFIG_NET_SCH_NETEM): "
                 f"{done.stderr.strip()}"
             )
     if loss:
-        tc(netns, "class", "add", "dev", dev, "parent", "1:", "classid", "1:2",
-           "htb", "rate", rate, "quantum", quantum)  # fmt: skip
-        tc(netns, "qdisc", "add", "dev", dev, "parent", "1:2", "handle", "20:", "pfifo", "limit", "0")
-        threshold = min(int(loss * 2**32), 2**32 - 1)
-        tc(netns, "filter", "add", "dev", dev, "parent", "1:", "protocol", "all", "prio", "1",
-           "bpf", "bytecode", _LOSS_BPF.format(threshold=threshold))  # fmt: skip
+        tc(netns, f"class add dev {dev} parent 1: classid 1:2 htb {rate}")
+        tc(netns, f"qdisc add dev {dev} parent 1:2 handle 20: pfifo limit 0")
+        bpf = _LOSS_BPF.format(threshold=min(int(loss * 2**32), 2**32 - 1))
+        tc(netns, f"filter add dev {dev} parent 1: protocol all prio 1 bpf bytecode", bpf)
     # One wire packet per qdisc decision when packets are dropped; GSO otherwise (cheaper).
-    ip(netns, "link", "set", "dev", dev, "gso_max_segs", "1" if loss else "65535")
+    ip(netns, f"link set dev {dev} gso_max_segs {1 if loss else 65535}")
 
 
 def shape(name: str, host: Host, rate_bit: int, loss: float = 0.0, delay_us: int = 0) -> None:
@@ -387,17 +399,12 @@ def shape(name: str, host: Host, rate_bit: int, loss: float = 0.0, delay_us: int
     _shape_dev(switch_ns(name), host.port, rate_bit, 0.0, 0)
 
 
-def unshape(name: str, host: Host) -> None:
-    tc(host.netns, "qdisc", "del", "dev", host.ifname, "root", check=False)
-    tc(switch_ns(name), "qdisc", "del", "dev", host.port, "root", check=False)
-
-
 def set_link(name: str, host: Host, up: bool) -> None:
-    ip(switch_ns(name), "link", "set", "dev", host.port, "up" if up else "down")
+    ip(switch_ns(name), f"link set dev {host.port} {'up' if up else 'down'}")
 
 
 def link_is_up(name: str, host: Host) -> bool:
-    out = ip(switch_ns(name), "-j", "link", "show", "dev", host.port).stdout
+    out = ip(switch_ns(name), f"-j link show dev {host.port}").stdout
     flags = json.loads(out)[0].get("flags", [])
     return "UP" in flags
 

@@ -1,7 +1,7 @@
 """An emulated multi-host cluster on one Linux machine: network namespaces on a bridge, every host
 link shaped with tc, one command to launch a job on every host the way a real cluster does.
 
-    python -m stragg.emucluster up --hosts 4 --rate 300mbit --degrade 3=2 [--delay 1ms] [--loss 0.1%]
+    python -m stragg.emucluster up --hosts 4 --rate 300mbit --degrade 3=2 [--loss 0.1%]
     python -m stragg.emucluster run [--nproc-per-node K] [--torchrun] -- python train.py
     python -m stragg.emucluster cut 3 ; python -m stragg.emucluster restore 3
     python -m stragg.emucluster degrade 3=3 ; python -m stragg.emucluster status ; ... down
@@ -39,14 +39,16 @@ two hosts, 3 s, tests/test_emucluster.py measures it too): TBD
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
-import signal
 import subprocess
 import sys
 from collections.abc import Sequence
-from typing import IO, Any, Optional, Union
+from typing import IO, TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from typing_extensions import Self
+
 
 from . import _emunet as net
 from . import _emuperf
@@ -66,10 +68,10 @@ class EmuCluster:
     def __init__(
         self,
         hosts: int,
-        rate: Union[str, int, None] = "400mbit",
+        rate: str | int | None = "400mbit",
         degrade: Any = None,
-        delay: Union[str, float, None] = None,
-        loss: Union[str, float, None] = None,
+        delay: str | float | None = None,
+        loss: str | float | None = None,
         name: str = DEFAULT_NAME,
         subnet: str = net.DEFAULT_SUBNET,
         master_port: int = DEFAULT_PORT,
@@ -102,8 +104,16 @@ class EmuCluster:
                 f"no emulated cluster {name!r} is up: start one with "
                 f"`python -m stragg.emucluster up --hosts N --name {name}`"
             )
-        c = cls(state["size"], state["rate_bit"], {int(k): v for k, v in state["factors"].items()},
-                state["delay_us"] / 1e6, state["loss"], name, state["subnet"], state["master_port"])  # fmt: skip
+        c = cls(
+            state["size"],
+            state["rate_bit"],
+            {int(k): v for k, v in state["factors"].items()},
+            state["delay_us"] / 1e6,
+            state["loss"],
+            name,
+            state["subnet"],
+            state["master_port"],
+        )
         c._hosts = [Host(**h) for h in state["hosts"]]
         c._owner = False
         return c
@@ -133,7 +143,7 @@ class EmuCluster:
             job.kill()
         self._jobs.clear()
 
-    def __enter__(self) -> EmuCluster:
+    def __enter__(self) -> Self:
         if self._owner:
             self.up()
         return self
@@ -162,7 +172,7 @@ class EmuCluster:
     def master_addr(self) -> str:
         return self.host(0).addr
 
-    def rate_of(self, rank: int) -> Optional[int]:
+    def rate_of(self, rank: int) -> int | None:
         """Host `rank`'s link rate in bit/s (each direction), None if unshaped."""
         if self.rate_bit is None:
             return None
@@ -206,12 +216,18 @@ class EmuCluster:
 
     def _state(self) -> dict[str, Any]:
         return {
-            "name": self.name, "size": self.size, "rate_bit": self.rate_bit,
-            "factors": {str(k): v for k, v in self.factors.items()}, "loss": self.loss,
-            "delay_us": self.delay_us, "subnet": self.subnet, "master_port": self.master_port,
-            "switch_netns": net.switch_ns(self.name), "master_addr": self.master_addr,
+            "name": self.name,
+            "size": self.size,
+            "rate_bit": self.rate_bit,
+            "factors": {str(k): v for k, v in self.factors.items()},
+            "loss": self.loss,
+            "delay_us": self.delay_us,
+            "subnet": self.subnet,
+            "master_port": self.master_port,
+            "switch_netns": net.switch_ns(self.name),
+            "master_addr": self.master_addr,
             "hosts": [dict(vars(h)) for h in self.hosts],
-        }  # fmt: skip
+        }
 
     def _save(self) -> None:
         net.write_state(self.name, self._state())
@@ -219,16 +235,24 @@ class EmuCluster:
     def throughput(self, src: int, dst: int, seconds: float = 2.0) -> float:
         """TCP goodput (bit/s) of one stream from host src to host dst, measured by dst."""
         tool = [sys.executable, _emuperf.__file__]
-        recv = subprocess.Popen(self.command(dst, [*tool, "recv"]), stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, text=True)  # fmt: skip
+        recv = subprocess.Popen(
+            self.command(dst, [*tool, "recv"]),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         try:
             port = recv.stdout.readline().strip()  # type: ignore[union-attr]
             if not port.isdigit():
-                raise EmuClusterError(f"throughput receiver on host {dst} failed: {recv.stderr.read()}")  # type: ignore[union-attr]
+                raise EmuClusterError(
+                    f"throughput receiver on host {dst} failed: {recv.stderr.read()}"
+                )  # type: ignore[union-attr]
             args = [*tool, "send", self.host(dst).addr, port, str(seconds)]
             sent = self.exec(src, args, timeout=seconds + 60)
             if sent.returncode != 0:
-                raise EmuClusterError(f"throughput sender on host {src} failed: {sent.stderr.strip()}")
+                raise EmuClusterError(
+                    f"throughput sender on host {src} failed: {sent.stderr.strip()}"
+                )
             out, err = recv.communicate(timeout=60)
         finally:
             if recv.poll() is None:
@@ -245,21 +269,23 @@ class EmuCluster:
         """argv run inside host `rank`'s namespace."""
         return ["ip", "netns", "exec", self.host(rank).netns, *argv]
 
-    def exec(self, rank: int, argv: Sequence[str], timeout: float = 60, **kw: Any):
+    def exec(
+        self, rank: int, argv: Sequence[str], timeout: float = 60, check: bool = False, **kw: Any
+    ) -> subprocess.CompletedProcess:
         """Runs argv inside host `rank`'s namespace to completion (subprocess.run, captured)."""
         kw.setdefault("capture_output", True)
         kw.setdefault("text", True)
-        return subprocess.run(self.command(rank, argv), timeout=timeout, **kw)
+        return subprocess.run(self.command(rank, argv), check=check, timeout=timeout, **kw)
 
     def env(
         self,
         host: int,
-        rank: Optional[int] = None,
-        world_size: Optional[int] = None,
+        rank: int | None = None,
+        world_size: int | None = None,
         local_rank: int = 0,
         local_world_size: int = 1,
-        master_port: Optional[int] = None,
-        extra: Optional[dict[str, str]] = None,
+        master_port: int | None = None,
+        extra: dict[str, str] | None = None,
     ) -> dict[str, str]:
         """The environment of a process on host `host` (rank=None: torchrun sets the ranks)."""
         env = dict(os.environ)
@@ -296,9 +322,9 @@ class EmuCluster:
         cmd: Sequence[str],
         nproc_per_node: int = 1,
         torchrun: bool = False,
-        env: Optional[dict[str, str]] = None,
-        output: Optional[IO[str]] = _STDOUT,  # type: ignore[assignment]
-        master_port: Optional[int] = None,
+        env: dict[str, str] | None = None,
+        output: IO[str] | None = _STDOUT,  # type: ignore[assignment]
+        master_port: int | None = None,
     ) -> Job:
         """Starts cmd on every host (nproc_per_node times, or once under torchrun)."""
         if not cmd:
@@ -310,11 +336,28 @@ class EmuCluster:
         specs = []
         for h in self.hosts:
             if torchrun:
-                argv = [sys.executable, "-m", "torch.distributed.run", "--nnodes", str(self.size),
-                        "--nproc-per-node", str(k),
-                        "--rdzv-backend", "c10d", "--rdzv-endpoint", f"{self.master_addr}:{port}",
-                        "--rdzv-id", self.name, "--rdzv-conf", f"is_host={int(h.rank == 0)}",
-                        "--local-addr", h.addr, "--max-restarts", "0", *cmd]  # fmt: skip
+                argv = [
+                    sys.executable,
+                    "-m",
+                    "torch.distributed.run",
+                    "--nnodes",
+                    str(self.size),
+                    "--nproc-per-node",
+                    str(k),
+                    "--rdzv-backend",
+                    "c10d",
+                    "--rdzv-endpoint",
+                    f"{self.master_addr}:{port}",
+                    "--rdzv-id",
+                    self.name,
+                    "--rdzv-conf",
+                    f"is_host={int(h.rank == 0)}",
+                    "--local-addr",
+                    h.addr,
+                    "--max-restarts",
+                    "0",
+                    *cmd,
+                ]
                 specs.append(ProcSpec(f"h{h.rank}", h.rank, argv, self.env(h.rank, extra=env)))
                 continue
             for local in range(k):
@@ -326,7 +369,7 @@ class EmuCluster:
     def run(
         self,
         cmd: Sequence[str],
-        timeout: Optional[float] = None,
+        timeout: float | None = None,
         fail_fast: bool = True,
         fail_grace: float = 5.0,
         check: bool = False,
@@ -344,163 +387,11 @@ class EmuCluster:
         return result
 
 
-# ---------------------------------------------------------------------------------------------
-# Command line
+def main(argv: Sequence[str] | None = None) -> int:
+    """The command line (`python -m stragg.emucluster`); returns the exit status."""
+    from ._emucli import main as cli_main
 
-
-def _describe(status: dict[str, Any]) -> str:
-    lines = [
-        f"emulated cluster {status['name']!r}: {status['size']} hosts on bridge {net.BRIDGE} "
-        f"(namespace {status['switch_netns']}), subnet {status['subnet']}",
-        f"  {'host':<5} {'address':<15} {'namespace':<24} {'link':<5} rate (each way)",
-    ]
-    for h in status["hosts"]:
-        rate = "unshaped" if h["rate_bit"] is None else net.format_rate(h["rate_bit"])
-        if h["factor"] != 1.0:
-            rate += f"  (degraded, l = {h['factor']:g})"
-        lines.append(f"  {h['rank']:<5} {h['addr']:<15} {h['netns']:<24} {h['link']:<5} {rate}")
-    extra = []
-    if status["delay_us"]:
-        extra.append(f"one-way delay {status['delay_us']} us")
-    if status["loss"]:
-        extra.append(f"loss {status['loss'] * 100:g}% per packet")
-    if extra:
-        lines.append("  every packet: " + ", ".join(extra))
-    lines.append(f"  MASTER_ADDR={status['master_addr']} MASTER_PORT={status['master_port']}")
-    return "\n".join(lines)
-
-
-def _add_shape_args(p: argparse.ArgumentParser, required: bool) -> None:
-    p.add_argument("--hosts", type=int, required=required, help="number of emulated hosts")
-    p.add_argument("--rate", default="400mbit", help="link rate each way, tc units (none: unshaped)")
-    p.add_argument("--degrade", action="append", default=[], metavar="RANK=L",
-                   help="host RANK's link runs at rate / L (repeatable)")  # fmt: skip
-    p.add_argument("--delay", help="one-way delay added to every packet, e.g. 1ms (needs netem)")
-    p.add_argument("--loss", help="probability a packet is dropped, e.g. 0.1%%")
-    p.add_argument("--subnet", default=net.DEFAULT_SUBNET)
-    p.add_argument("--port", type=int, default=DEFAULT_PORT, help="MASTER_PORT / rendezvous port")
-
-
-def _parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(
-        prog="python -m stragg.emucluster",
-        description="An emulated multi-host cluster: network namespaces on a bridge, tc-shaped links.",
-    )
-    sub = ap.add_subparsers(dest="command", required=True)
-    name_kw = dict(default=DEFAULT_NAME, help=f"cluster name (default {DEFAULT_NAME})")
-    p = sub.add_parser("up", help="create (or re-create) the cluster")
-    _add_shape_args(p, required=True)
-    p.add_argument("--name", **name_kw)
-    p.add_argument("--json", action="store_true")
-    p = sub.add_parser("run", help="run CMD on every host (--hosts: on a cluster made for it)")
-    _add_shape_args(p, required=False)
-    p.add_argument("--name", help="cluster to run on (default: the one `up` made, or a fresh one)")
-    p.add_argument("--nproc-per-node", type=int, default=1)
-    p.add_argument("--torchrun", action="store_true", help="launch with torch.distributed.run")
-    p.add_argument("--timeout", type=float, help="kill everything after this many seconds (exit 124)")
-    p.add_argument("--fail-fast", action=argparse.BooleanOptionalAction, default=True)
-    p.add_argument("--fail-grace", type=float, default=5.0, help="seconds a failure leaves the others")
-    p.add_argument("--env", action="append", default=[], metavar="KEY=VALUE")
-    p.add_argument("cmd", nargs=argparse.REMAINDER, help="-- CMD ARGS...")
-    for verb, what in (("cut", "take host RANK's link down"), ("restore", "bring it back up")):
-        p = sub.add_parser(verb, help=what)
-        p.add_argument("rank", type=int)
-        p.add_argument("--name", **name_kw)
-    p = sub.add_parser("degrade", help="re-shape hosts: RANK=L (L = 1: healthy again)")
-    p.add_argument("specs", nargs="+", metavar="RANK=L")
-    p.add_argument("--name", **name_kw)
-    p = sub.add_parser("status", help="show the cluster(s)")
-    p.add_argument("--name")
-    p.add_argument("--json", action="store_true")
-    p = sub.add_parser("down", help="remove everything the cluster made")
-    p.add_argument("--name", **name_kw)
-    return ap
-
-
-def _cmd_run(args: argparse.Namespace) -> int:
-    cmd = args.cmd[1:] if args.cmd[:1] == ["--"] else args.cmd
-    if not cmd:
-        raise EmuClusterError("run: no command given (usage: run [options] -- CMD ARGS...)")
-    extra = {}
-    for item in args.env:
-        key, sep, value = item.partition("=")
-        if not sep or not key:
-            raise EmuClusterError(f"bad --env {item!r}: expected KEY=VALUE")
-        extra[key] = value
-    if args.hosts is not None:
-        cluster = EmuCluster(args.hosts, args.rate, args.degrade, args.delay, args.loss,
-                             args.name or f"run{os.getpid()}", args.subnet, args.port)  # fmt: skip
-    else:
-        cluster = EmuCluster.attach(args.name or DEFAULT_NAME)
-    with cluster:
-        job = cluster.spawn(cmd, args.nproc_per_node, args.torchrun, extra)
-        result = job.wait(args.timeout, args.fail_fast, args.fail_grace)
-    if result.timed_out:
-        print(f"emucluster: timed out after {args.timeout:g} s; killed {result.killed}", file=sys.stderr)
-    elif result.first_failure is not None:
-        print(f"emucluster: {result.first_failure} failed first; exit statuses "
-              f"{dict(zip(result.labels, result.returncodes))}", file=sys.stderr)  # fmt: skip
-    return result.worst
-
-
-def _dispatch(args: argparse.Namespace) -> int:
-    if args.command == "up":
-        c = EmuCluster(args.hosts, args.rate, args.degrade, args.delay, args.loss, args.name,
-                       args.subnet, args.port).up()  # fmt: skip
-        status = c.status()
-        print(json.dumps(status, indent=1) if args.json else _describe(status))
-        return 0
-    if args.command == "run":
-        return _cmd_run(args)
-    if args.command == "down":
-        net.check_privileges()
-        removed = net.remove(net.check_name(args.name))
-        print(f"removed {len(removed)} namespaces of {args.name!r}" if removed else f"{args.name!r}: nothing to remove")
-        return 0
-    if args.command == "status":
-        net.check_privileges()
-        names = [args.name] if args.name else net.cluster_names()
-        found = [EmuCluster.attach(n).status() for n in names]
-        if args.json:
-            print(json.dumps(found, indent=1))
-        else:
-            print("\n".join(_describe(s) for s in found) or "no emulated cluster is up")
-        return 0
-    c = EmuCluster.attach(args.name)
-    if args.command == "degrade":
-        for rank, factor in net.parse_degrade(args.specs, c.size).items():
-            c.degrade(rank, factor)
-        print(_describe(c.status()))
-    elif args.command == "cut":
-        c.cut(args.rank)
-    elif args.command == "restore":
-        c.restore(args.rank)
-    return 0
-
-
-class _Terminated(KeyboardInterrupt):
-    def __init__(self, signum: int) -> None:
-        super().__init__(signum)
-        self.signum = signum
-
-
-def _raise_terminated(signum: int, _frame: object) -> None:
-    raise _Terminated(signum)
-
-
-def main(argv: Optional[Sequence[str]] = None) -> int:
-    args = _parser().parse_args(argv)
-    for sig in (signal.SIGTERM, signal.SIGHUP):
-        signal.signal(sig, _raise_terminated)
-    try:
-        return _dispatch(args)
-    except EmuClusterError as exc:
-        print(f"emucluster: {exc}", file=sys.stderr)
-        return 1
-    except KeyboardInterrupt as exc:  # everything is torn down by the with-blocks by now
-        signum = exc.signum if isinstance(exc, _Terminated) else signal.SIGINT
-        print(f"emucluster: interrupted ({signal.Signals(signum).name}); stopped", file=sys.stderr)
-        return 128 + signum
+    return cli_main(argv)
 
 
 if __name__ == "__main__":
