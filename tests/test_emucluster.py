@@ -9,13 +9,12 @@ link runs at R / l relative to a healthy one (a ratio band: a property of tc, no
 loss drops that share of packets; torchrun launches across hosts; without root every command
 says so in one line; every user-facing argument error has a message.
 
-Every test makes its own cluster, named t<pid>x<n>; clusters of that form whose pytest process is
-gone are removed first. Needs root: skips otherwise, and FAILS under STRAGG_TEST_REQUIRE=1.
+Every test makes its own cluster, named t<pid>x<n> (tests/_emu.py removes those of dead pytest
+processes). Needs root: skips otherwise, and FAILS under STRAGG_TEST_REQUIRE=1.
 """
 
 from __future__ import annotations
 
-import itertools
 import json
 import os
 import re
@@ -28,50 +27,27 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
+import _emu
 import pytest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ECHO = os.path.join(HERE, "scripts", "emu_echo.py")
-REQUIRE = os.environ.get("STRAGG_TEST_REQUIRE") == "1"
 CLI = [sys.executable, "-m", "stragg.emucluster"]
-_counter = itertools.count()
 
 pytestmark = pytest.mark.needs_backend  # imports stragg (the package imports its extension)
-
-
-def _cannot(reason: str) -> None:
-    if REQUIRE:
-        pytest.fail(f"STRAGG_TEST_REQUIRE=1 and {reason}")
-    pytest.skip(reason)
-
-
-def _new_name() -> str:
-    return f"t{os.getpid()}x{next(_counter)}"
 
 
 @pytest.fixture(scope="module")
 def emu() -> Any:
     """The stragg.emucluster module, once it has shown that it can make a cluster here."""
-    try:
-        from stragg import emucluster
-    except Exception as exc:  # noqa: BLE001
-        _cannot(f"import stragg.emucluster failed: {exc}")
-    if not sys.platform.startswith("linux"):
-        _cannot("network namespaces need Linux")
-    net = emucluster.net
-    try:
-        net.check_privileges()
-    except emucluster.EmuClusterError as exc:
-        _cannot(f"cannot create network namespaces: {exc}")
-    for name in net.cluster_names():  # left by a killed earlier run of these tests
-        m = re.fullmatch(r"t(\d+)x\d+", name)
-        if m and not os.path.exists(f"/proc/{m.group(1)}"):
-            net.remove(name)
-    try:
-        with emucluster.EmuCluster(hosts=1, rate="100mbit", name=_new_name()):
-            pass
-    except emucluster.EmuClusterError as exc:
-        _cannot(f"cannot create an emulated cluster here: {exc}")
+    return _emu.emucluster()
+
+
+@pytest.fixture(scope="module")
+def emu_module() -> Any:
+    """The module alone (for checks that need no privileges)."""
+    from stragg import emucluster
+
     return emucluster
 
 
@@ -79,7 +55,7 @@ def emu() -> Any:
 def cluster(emu: Any, request: pytest.FixtureRequest) -> Iterator[Any]:
     kw = {"hosts": 3, "rate": "200mbit"}
     kw.update(getattr(request, "param", {}))
-    with emu.EmuCluster(name=_new_name(), **kw) as c:
+    with emu.EmuCluster(name=_emu.new_name(), **kw) as c:
         yield c
     assert emu.net.own_namespaces(c.name) == []
 
@@ -114,7 +90,7 @@ def _root_ns_snapshot() -> tuple[str, str, str]:
 
 def test_up_status_down_leave_nothing_behind(emu: Any) -> None:
     before = _root_ns_snapshot()
-    name = _new_name()
+    name = _emu.new_name()
     up = _cli(
         "up", "--hosts", "3", "--rate", "200mbit", "--degrade", "2=2", "--name", name, "--json"
     )
@@ -146,7 +122,7 @@ def test_up_status_down_leave_nothing_behind(emu: Any) -> None:
 
 
 def test_up_removes_the_leftovers_of_an_earlier_cluster(emu: Any) -> None:
-    name = _new_name()
+    name = _emu.new_name()
     try:
         assert _cli("up", "--hosts", "4", "--name", name).returncode == 0
         os.unlink(emu.net.state_path(name))  # as if the first one was killed half-way
@@ -163,7 +139,7 @@ def test_up_removes_the_leftovers_of_an_earlier_cluster(emu: Any) -> None:
 
 
 def test_exception_in_with_block_kills_the_job_and_tears_down(emu: Any) -> None:
-    name = _new_name()
+    name = _emu.new_name()
     with pytest.raises(RuntimeError, match="boom"), emu.EmuCluster(hosts=2, name=name) as c:
         pids = c.spawn(["sleep", "300"], output=None).pids
         raise RuntimeError("boom")
@@ -184,7 +160,7 @@ def test_failing_job_kills_the_others_and_reports_its_status(emu: Any, cluster: 
 
 
 def test_cli_run_failing_job_exit_status_and_teardown(emu: Any) -> None:
-    name = _new_name()
+    name = _emu.new_name()
     script = 'echo "hello from $RANK"; [ "$RANK" = 0 ] && exit 5; sleep 300'
     done = _cli(
         "run", "--hosts", "2", "--name", name, "--fail-grace", "0.5", "--", "sh", "-c", script
@@ -196,7 +172,7 @@ def test_cli_run_failing_job_exit_status_and_teardown(emu: Any) -> None:
 
 
 def test_cli_run_timeout(emu: Any) -> None:
-    name = _new_name()
+    name = _emu.new_name()
     done = _cli("run", "--hosts", "2", "--name", name, "--timeout", "1", "--", "sleep", "300")
     assert done.returncode == 124, done.stderr
     assert "timed out after 1 s; killed ['h0', 'h1']" in done.stderr
@@ -204,7 +180,7 @@ def test_cli_run_timeout(emu: Any) -> None:
 
 
 def test_cli_run_ctrl_c_kills_every_process_and_tears_down(emu: Any) -> None:
-    name = _new_name()
+    name = _emu.new_name()
     script = 'echo "pid $$"; sh -c "sleep 300" & wait'  # a grandchild too
     proc = subprocess.Popen(
         [*CLI, "run", "--hosts", "2", "--name", name, "--", "sh", "-c", script],
@@ -381,7 +357,7 @@ def test_loss_drops_that_share_of_packets(cluster: Any) -> None:
 
 
 def test_delay_is_applied_or_refused_clearly(emu: Any) -> None:
-    name = _new_name()
+    name = _emu.new_name()
     try:
         with emu.EmuCluster(hosts=2, rate="200mbit", delay="20ms", name=name) as c:
             rtt = c.exec(
@@ -422,8 +398,8 @@ def test_without_privileges_it_says_so_in_one_line(
     emu: Any, drop: list[str], commands: list[list[str]]
 ) -> None:
     if shutil.which("setpriv") is None:
-        _cannot("setpriv (util-linux) is needed to drop privileges")
-    name = _new_name()
+        _emu.cannot("setpriv (util-linux) is needed to drop privileges")
+    name = _emu.new_name()
     for args in commands:
         argv = ["setpriv", *drop, *CLI, *args, *(["--name", name] if args != ["status"] else [])]
         env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1"}
@@ -452,17 +428,17 @@ def test_without_privileges_it_says_so_in_one_line(
         ({"hosts": 2, "name": "a b"}, "bad cluster name 'a b'"),
     ],
 )
-def test_argument_errors(emu: Any, kw: dict, message: str) -> None:
-    with pytest.raises(emu.EmuClusterError, match=re.escape(message)):
-        emu.EmuCluster(**kw)
+def test_argument_errors(emu_module: Any, kw: dict, message: str) -> None:
+    with pytest.raises(emu_module.EmuClusterError, match=re.escape(message)):
+        emu_module.EmuCluster(**kw)
 
 
 def test_subnet_and_missing_cluster_errors(emu: Any) -> None:
     with pytest.raises(
         emu.EmuClusterError, match=re.escape("4 hosts do not fit in subnet 10.77.0.0/30")
     ):
-        emu.EmuCluster(hosts=4, name=_new_name(), subnet="10.77.0.0/30").up()
-    name = _new_name()
+        emu.EmuCluster(hosts=4, name=_emu.new_name(), subnet="10.77.0.0/30").up()
+    name = _emu.new_name()
     done = _cli("run", "--name", name, "--", "true")
     assert done.returncode == 1
     assert done.stderr == (

@@ -55,7 +55,16 @@ from . import _emuperf
 from ._emujobs import Job, JobResult, ProcSpec
 from ._emunet import EmuClusterError, Host, PrivilegeError
 
-__all__ = ["EmuCluster", "EmuClusterError", "Host", "Job", "JobResult", "PrivilegeError", "main"]
+__all__ = [
+    "EmuCluster",
+    "EmuClusterError",
+    "Host",
+    "Job",
+    "JobResult",
+    "PrivilegeError",
+    "ProcSpec",
+    "main",
+]
 
 DEFAULT_NAME = "cluster"
 DEFAULT_PORT = 29500
@@ -289,7 +298,7 @@ class EmuCluster:
     ) -> dict[str, str]:
         """The environment of a process on host `host` (rank=None: torchrun sets the ranks)."""
         env = dict(os.environ)
-        env.setdefault("GLOO_SOCKET_IFNAME", self.host(host).ifname)
+        env["GLOO_SOCKET_IFNAME"] = self.host(host).ifname  # the only NIC there
         env.setdefault("PYTHONUNBUFFERED", "1")
         env.update(EMU_HOST=str(host), EMU_CLUSTER=self.name)
         if rank is not None:
