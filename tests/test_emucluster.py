@@ -334,6 +334,21 @@ def test_degraded_host_runs_at_rate_over_l(cluster: Any) -> None:
     assert 0.7 <= cluster.throughput(2, 1, seconds=1.5) / healthy <= 1.3
 
 
+def test_cli_perf_and_degrade_on_a_running_cluster(cluster: Any) -> None:
+    done = _cli("degrade", "1=4", "--name", cluster.name)
+    assert done.returncode == 0 and "50 Mbit/s  (degraded, l = 4)" in done.stdout, done.stderr
+    done = _cli("perf", "0", "1", "--seconds", "1", "--name", cluster.name)
+    assert done.returncode == 0, done.stderr
+    m = re.fullmatch(
+        r"h0 -> h1: ([\d.]+) Mbit/s \(link rates 200 Mbit/s / 50 Mbit/s\)\n", done.stdout
+    )
+    assert m and 0.5 * 50 < float(m.group(1)) <= 50, done.stdout
+    done = _cli("perf", "0", "9", "--name", cluster.name)
+    assert (
+        done.returncode == 1 and done.stderr == "emucluster: host 9 does not exist (hosts 0..2)\n"
+    )
+
+
 def _tc_packets(cluster: Any, rank: int) -> tuple[int, int]:
     """(packets sent, packets dropped by the loss filter) on host rank's egress."""
     out = subprocess.run(

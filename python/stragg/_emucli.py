@@ -92,6 +92,11 @@ def _parser() -> argparse.ArgumentParser:
     p = sub.add_parser("degrade", help="re-shape hosts: RANK=L (L = 1: healthy again)")
     p.add_argument("specs", nargs="+", metavar="RANK=L")
     p.add_argument("--name", **name_kw)
+    p = sub.add_parser("perf", help="TCP goodput of one stream from host SRC to host DST")
+    p.add_argument("src", type=int)
+    p.add_argument("dst", type=int)
+    p.add_argument("--seconds", type=float, default=3.0)
+    p.add_argument("--name", **name_kw)
     p = sub.add_parser("status", help="show the cluster(s)")
     p.add_argument("--name")
     p.add_argument("--json", action="store_true")
@@ -168,8 +173,17 @@ def _dispatch(args: argparse.Namespace) -> int:
         return 0
     if args.command == "status":
         net.check_privileges()
-        names = [args.name] if args.name else net.cluster_names()
-        found = [EmuCluster.attach(n).status() for n in names]
+        found, stale = [], []
+        for n in [args.name] if args.name else net.cluster_names():
+            try:
+                found.append(EmuCluster.attach(n).status())
+            except EmuClusterError:
+                if args.name:
+                    raise
+                stale.append(n)
+        for n in stale:
+            print(f"emucluster: {n!r} left namespaces but no state: `down --name {n}` removes them",
+                  file=sys.stderr)  # fmt: skip
         if args.json:
             print(json.dumps(found, indent=1))
         else:
@@ -180,6 +194,11 @@ def _dispatch(args: argparse.Namespace) -> int:
         for rank, factor in net.parse_degrade(args.specs, c.size).items():
             c.degrade(rank, factor)
         print(_describe(c.status()))
+    elif args.command == "perf":
+        bits = c.throughput(c.host(args.src).rank, c.host(args.dst).rank, args.seconds)
+        rates = [c.rate_of(r) for r in (args.src, args.dst)]
+        shown = " / ".join("unshaped" if r is None else net.format_rate(r) for r in rates)
+        print(f"h{args.src} -> h{args.dst}: {net.format_rate(bits)} (link rates {shown})")
     elif args.command == "cut":
         c.cut(args.rank)
     elif args.command == "restore":

@@ -21,20 +21,37 @@ silence (no RST, no ICMP), as with a pulled cable; `restore` brings it back.
 
 `run` starts CMD once per host (K times with --nproc-per-node) inside the host's namespace with
 RANK (host * K + local), WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, NODE_RANK, MASTER_ADDR (host
-0's address), MASTER_PORT, GLOO_SOCKET_IFNAME=eth0 and EMU_HOST set; with --torchrun it starts
-`python -m torch.distributed.run --nnodes N --nproc-per-node K --rdzv-backend c10d
---rdzv-endpoint HOST0:PORT --local-addr HOST_ADDR CMD` per host (torchrun then assigns ranks; host
-0's agent hosts the store: --rdzv-conf is_host, since every namespace shares one hostname).
-Output is prefixed with [h<i>] (or [h<i>.<local>]). Exit status: 0 if every process exited 0,
-124 on --timeout, else the largest status (signal s = 128 + s). With --fail-fast (default) the
-first failure gives the others --fail-grace seconds to report, then kills them. Every process is
-killed with all its descendants on Ctrl-C, SIGTERM, timeout, failure and exit of the `with`
-block; `down` also kills whatever still runs inside the namespaces. `up` first removes what an
-earlier cluster of the same name left. Without root (CAP_NET_ADMIN + CAP_SYS_ADMIN) every
-command says so in one line and exits 1.
+0's address), MASTER_PORT, GLOO_SOCKET_IFNAME=eth0 (the host's only NIC) and EMU_HOST set. With
+--torchrun it starts, per host, `python -m torch.distributed.run --nnodes N --nproc-per-node K
+--rdzv-backend c10d --rdzv-endpoint HOST0_ADDR:PORT --local-addr HOST_ADDR --max-restarts 0 CMD`
+(so CMD is a script, or `-m module`, or `--no-python prog`); torchrun assigns the ranks. Two
+departures from a real cluster, because every namespace shares the machine's hostname: there is
+no --node-rank (c10d rendezvous ignores it anyway) and host 0's agent is told to host the store
+(--rdzv-conf is_host=1; 0 elsewhere). Hosts resolve each other as h<i> (a hosts file that
+`ip netns exec` mounts from /etc/netns/emu-NAME-h<i>/, removed by `down`). Output is prefixed
+with [h<i>] (or [h<i>.<local>]). Exit status: 0 if every process exited 0, 124 on --timeout,
+else the largest status among processes not killed by the launcher (signal s = 128 + s). With
+--fail-fast (default) the first failure gives the others --fail-grace seconds (5) to report,
+then kills them. Every process is killed with all its descendants (torchrun workers included) on
+Ctrl-C, SIGTERM, timeout, failure and exit of the `with` block; `down` also kills whatever still
+runs inside the namespaces. `up` first removes what an earlier cluster of the same name left.
+Without root (CAP_NET_ADMIN + CAP_SYS_ADMIN) every command says so in one line and exits 1.
+`perf SRC DST` measures a link (EmuCluster.throughput).
 
-Measured shaping (this VM, 2 cores, kernel 6.18; TCP goodput of a Python socket sender between
-two hosts, 3 s, tests/test_emucluster.py measures it too): TBD
+Measured shaping (2-core VM shared with other jobs, kernel 6.18 without netem; TCP goodput of
+one Python socket stream, best of 2 x 3 s; host 3 degraded; tests/test_emucluster.py checks the
+ratios). Goodput is 0.956 R because htb counts whole 1514-byte frames carrying 1448 bytes:
+
+    R        l     healthy 0->1       degraded 3->0 (up)   1->3 (down)   degraded / healthy
+    300mbit  2     286.9 Mbit/s       143.6 Mbit/s         143.5         0.501 / 0.500
+    300mbit  3     286.6              95.8                 95.7          0.334 / 0.334
+    100mbit  1.33  95.7               72.0                 72.1          0.752 / 0.753 (1/l 0.752)
+    1gbit    2     932.6 (0.933 R)    474.7                473.1         0.509 / 0.507
+
+Loss 5% (BPF filter): 4.9% of packets dropped, counted by tc. A 4-host cluster at 300mbit with
+host 3 at l = 2, 16 MiB float32 all_reduce, median of 5: Gloo 1.39-1.48 s, stragg (auto, tcp)
+1.60-1.66 s; all links healthy: Gloo 0.75 s, stragg 0.71 s (ring bound: 0.70 s healthy,
+1.40 s degraded); about 57% of the 2 cores busy during the timed loop.
 """
 
 from __future__ import annotations
