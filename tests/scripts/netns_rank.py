@@ -1,6 +1,7 @@
-"""One rank of tests/test_netns.py, started inside a network namespace with `ip netns exec`.
+"""One rank of tests/test_netns.py, started inside an emulated host's network namespace by
+stragg.emucluster, which sets RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT (the TCPStore).
 
-usage: netns_rank.py RANK WORLD STORE_ADDR STORE_PORT OUT_JSON MODE
+usage: netns_rank.py OUT_JSON MODE
 
 MODE "check": all_reduce over several dtypes, sizes and ops; records a SHA-256 of every result
 (for the bitwise comparison across ranks) and whether it matches a float64 / exact reference.
@@ -96,8 +97,9 @@ def write_json(path: str, obj: dict) -> None:
 
 
 def main() -> None:
-    rank, world = int(sys.argv[1]), int(sys.argv[2])
-    addr, port, out, mode = sys.argv[3], int(sys.argv[4]), sys.argv[5], sys.argv[6]
+    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    addr, port = os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"])
+    out, mode = sys.argv[1], sys.argv[2]
     backend = os.environ.get("STRAGG_TEST_BACKEND", "stragg").strip() or "stragg"
     result: dict = {"rank": rank, "ok": False, "stage": "import"}
     dist = None
