@@ -32,9 +32,15 @@ struct ExecutorStats {
 
 class Executor {
  public:
-  explicit Executor(Transport& transport) : transport_(transport) {}
+  // Steps of a plan kept in flight at once (see runtime/step_window.h; 1: lockstep).
+  static constexpr size_t kDefaultLookahead = 8;
 
-  // Executes `plan` in place on `buf` (spec.numel elements of spec.dtype). Throws stragg::Error
+  explicit Executor(Transport& transport, size_t lookahead = kDefaultLookahead)
+      : transport_(transport), lookahead_(lookahead) {}
+
+  // Executes `plan` in place on `buf` (spec.numel elements of spec.dtype): up to the lookahead's
+  // steps in flight, each op running once the data it touches is ready (runtime/step_window.h),
+  // bitwise the same result as running the steps one by one. Throws stragg::Error
   // when peers disagree on the collective (message contains "mismatch" and the field), when a
   // peer dies or does not arrive before `timeout` (naming it), or when another rank aborted the
   // group. Any failure aborts the group for every rank (Transport::signal_abort), so the other
@@ -58,6 +64,7 @@ class Executor {
 
  private:
   Transport& transport_;
+  size_t lookahead_;
   ExecutorStats stats_;
 };
 

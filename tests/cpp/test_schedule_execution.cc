@@ -2,6 +2,9 @@
 // the exact all_reduce on every rank, bitwise identically.
 #include <gtest/gtest.h>
 
+#include <random>
+#include <thread>
+
 #include <cstring>
 #include <memory>
 #include <string>
@@ -48,21 +51,25 @@ TEST_P(ScheduleExecution, ExactAndBitwiseIdentical) {
     Executor ex(t);
     std::vector<float> buf(numel);
     for (size_t i = 0; i < numel; ++i) buf[i] = input_value(r, i);
-    // Staged receives (what a transport without RecvOp::limit needs), then send-ordered ones.
-    for (uint64_t seq = 0; seq < 2; ++seq) {
+    // Staged receives (what a transport without RecvOp::limit needs), then send-ordered ones;
+    // each in lockstep (lookahead 1) and with several steps in flight.
+    Executor lockstep(t, 1);
+    for (uint64_t seq = 0; seq < 4; ++seq) {
       std::vector<float> work = buf;
       CollectiveSpec spec;
       spec.seq = seq;
       spec.numel = numel;
-      const bool ordered = seq == 1;
+      const bool ordered = seq % 2 == 1;
+      Executor& runner = seq < 2 ? ex : lockstep;
       const PlanChoice choice = planner.choose(numel * sizeof(float), planner.straggler().rank);
-      ex.run(*planner.plan(r, choice, numel, sizeof(float), ordered), spec, work.data(),
-             std::chrono::seconds(60));
+      runner.run(*planner.plan(r, choice, numel, sizeof(float), ordered), spec, work.data(),
+                 std::chrono::seconds(60));
       if (seq == 0) {
         out[r] = work;
       } else {
         ASSERT_EQ(0, std::memcmp(work.data(), out[r].data(), numel * sizeof(float)))
-            << algo << ": ordered receives differ from staged ones on rank " << r;
+            << algo << ": run " << seq << " (ordered " << ordered << ", lookahead "
+            << (seq < 2 ? Executor::kDefaultLookahead : 1) << ") differs on rank " << r;
       }
     }
   });
@@ -88,6 +95,66 @@ INSTANTIATE_TEST_SUITE_P(
                        ::testing::Values(2, 3, 4, 5, 6, 8),
                        ::testing::Values(size_t{1}, size_t{7}, size_t{5003})),
     case_name);
+
+// Several steps in flight must reduce in exactly the schedule's order: with non-integer data any
+// reordering of a reduction changes the bits. Ranks sleep at random between pieces of work so
+// that steps complete in different orders from run to run.
+class WindowedExecution : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(WindowedExecution, BitwiseEqualToLockstepWithRandomFloats) {
+  const std::string algo = GetParam();
+  const int n = 5;
+  const size_t numel = 30011;
+  PlannerConfig cfg;
+  cfg.algo = *algorithm_from_name(algo);
+  cfg.straggler = Straggler::of_rank(2);
+  cfg.max_staging_bytes = 8192;
+  Planner planner(n, cfg);
+  InMemoryRendezvous rdv;
+  ShmOptions opt;
+  opt.slot_bytes = 4096;
+  opt.num_slots = 2;
+  // Lockstep results per rank, staged and send-ordered plans (their segmentations differ, so
+  // their reduction orders do too: each is compared with its own lockstep run).
+  std::vector<std::vector<float>> lock(2 * n);
+  run_ranks(n, [&](int r) {
+    ShmTransport t(rdv, "win", r, n, opt);
+    std::mt19937 gen(1234 + r);
+    std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+    std::vector<float> buf(numel);
+    for (auto& x : buf) x = dist(gen);
+    const PlanChoice choice = planner.choose(numel * sizeof(float), 2);
+    for (size_t lookahead : {size_t{1}, size_t{3}, Executor::kDefaultLookahead}) {
+      for (bool ordered : {false, true}) {
+        Executor ex(t, lookahead);
+        std::vector<float> work = buf;
+        CollectiveSpec spec;
+        spec.seq = static_cast<uint64_t>(lookahead * 2 + (ordered ? 1 : 0));
+        spec.numel = numel;
+        if (r == static_cast<int>(gen() % n)) {
+          std::this_thread::sleep_for(std::chrono::milliseconds(gen() % 5));
+        }
+        ex.run(*planner.plan(r, choice, numel, sizeof(float), ordered), spec, work.data(),
+               std::chrono::seconds(60));
+        std::vector<float>& ref = lock[2 * r + (ordered ? 1 : 0)];
+        if (lookahead == 1) {
+          ref = work;
+        } else {
+          ASSERT_EQ(0, std::memcmp(work.data(), ref.data(), numel * sizeof(float)))
+              << algo << " lookahead " << lookahead << " ordered " << ordered << " rank " << r;
+        }
+      }
+    }
+  });
+  for (int r = 1; r < n; ++r) {
+    for (int o : {0, 1}) {
+      ASSERT_EQ(0, std::memcmp(lock[2 * r + o].data(), lock[o].data(), numel * sizeof(float))) << r;
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(AllGenerators, WindowedExecution,
+                         ::testing::Values("ring", "rhd", "direct", "bcast", "stragglar", "optcc"));
 
 TEST(Lowering, StragglarStagesTheStragglerExchangeAndPutsPreArrivalFirst) {
   auto s = core::build("stragglar", 4, "{\"straggler\": 3}");

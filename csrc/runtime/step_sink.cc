@@ -1,0 +1,93 @@
+#include "runtime/step_sink.h"
+
+#include <cstring>
+#include <sstream>
+#include <vector>
+
+#include "runtime/error.h"
+#include "runtime/reduce.h"
+
+namespace stragg {
+
+std::string collective_prefix(int rank, const CollectiveSpec& spec) {
+  std::ostringstream s;
+  s << "stragg: rank " << rank << ": " << spec.op_name << " #" << spec.seq;
+  return s.str();
+}
+
+StepSink::StepSink(int rank, const CollectiveSpec& spec, uint8_t tag, uint32_t step,
+                   const PlanOp& op, uint8_t* buf)
+    : rank_(rank), spec_(spec), tag_(tag), step_(step), op_(op), buf_(buf) {
+  // Not zero-filled: every byte is written by on_data before apply_staged reads it.
+  if (op_.staged) staging_.reset(new uint8_t[op_.count * dtype_size(spec_.dtype)]);
+}
+
+void StepSink::apply_staged() {
+  if (!op_.staged || op_.count == 0) return;
+  const size_t elem = dtype_size(spec_.dtype);
+  uint8_t* dst = buf_ + op_.offset * elem;
+  if (op_.reduce) {
+    reduce_into(spec_.dtype, spec_.op, dst, staging_.get(), op_.count);
+  } else {
+    std::memcpy(dst, staging_.get(), op_.count * elem);
+  }
+}
+
+void StepSink::on_header(const MessageHeader& h) {
+  const size_t elem = dtype_size(spec_.dtype);
+  const int peer = op_.peer;
+  std::vector<std::string> diffs;
+  auto field = [&](const char* name, const std::string& theirs, const std::string& ours) {
+    if (theirs == ours) return;
+    // Lower rank first, so both sides of a mismatch describe it the same way.
+    const bool peer_first = peer < rank_;
+    const std::string& a = peer_first ? theirs : ours;
+    const std::string& b = peer_first ? ours : theirs;
+    diffs.push_back(std::string(name) + " " + a + " (rank " +
+                    std::to_string(peer_first ? peer : rank_) + ") vs " + b + " (rank " +
+                    std::to_string(peer_first ? rank_ : peer) + ")");
+  };
+  if (h.coll_seq != spec_.seq) {
+    std::ostringstream m;
+    m << collective_prefix(rank_, spec_) << ": sequence mismatch with rank " << peer << ": it sent data for "
+      << spec_.op_name << " #" << h.coll_seq
+      << " (the ranks issued a different number of all_reduce calls on this group)";
+    throw Error(m.str());
+  }
+  const DType their_dtype = static_cast<DType>(h.dtype);
+  field("dtype", h.dtype <= static_cast<uint8_t>(DType::Bool) ? dtype_name(their_dtype) : "?",
+        dtype_name(spec_.dtype));
+  field("numel", std::to_string(h.numel), std::to_string(spec_.numel));
+  field("op", h.op <= static_cast<uint8_t>(ReduceOp::BXor)
+                  ? reduce_op_name(static_cast<ReduceOp>(h.op))
+                  : "?",
+        reduce_op_name(spec_.op));
+  if (diffs.empty()) {
+    field("algorithm", plan_tag_name(h.algo), plan_tag_name(tag_));
+    field("step", std::to_string(h.step), std::to_string(step_));
+    field("message bytes", std::to_string(h.payload_bytes), std::to_string(op_.count * elem));
+    field("sender", std::to_string(h.sender), std::to_string(peer));
+  }
+  if (!diffs.empty()) {
+    std::ostringstream m;
+    m << collective_prefix(rank_, spec_) << ": mismatch with rank " << peer << ": ";
+    for (size_t i = 0; i < diffs.size(); ++i) m << (i ? "; " : "") << diffs[i];
+    throw Error(m.str());
+  }
+}
+
+void StepSink::on_data(size_t offset, const void* data, size_t len) {
+  if (op_.staged) {
+    std::memcpy(staging_.get() + offset, data, len);
+    return;
+  }
+  const size_t elem = dtype_size(spec_.dtype);
+  uint8_t* dst = buf_ + op_.offset * elem + offset;
+  if (op_.reduce) {
+    reduce_into(spec_.dtype, spec_.op, dst, data, len / elem);
+  } else {
+    std::memcpy(dst, data, len);
+  }
+}
+
+}  // namespace stragg

@@ -1,0 +1,39 @@
+// Receives one message of a plan step into the rank's buffer (no torch here): checks the header
+// against what this rank expects (a different collective, dtype, numel, op, algorithm or step
+// raises, naming both sides), then reduces or copies the payload, or stages it to be applied when
+// the step's ops are done.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "runtime/executor.h"
+#include "runtime/plan.h"
+#include "transport/transport.h"
+
+namespace stragg {
+
+// "stragg: rank R: all_reduce #S" (how the executor's messages start).
+std::string collective_prefix(int rank, const CollectiveSpec& spec);
+
+class StepSink final : public RecvSink {
+ public:
+  StepSink(int rank, const CollectiveSpec& spec, uint8_t tag, uint32_t step, const PlanOp& op,
+           uint8_t* buf);
+  // Staged receives: applies the message (after the step's sends are done).
+  void apply_staged();
+  void on_header(const MessageHeader& h) override;
+  void on_data(size_t offset, const void* data, size_t len) override;
+
+ private:
+  int rank_;
+  const CollectiveSpec& spec_;
+  uint8_t tag_;
+  uint32_t step_;
+  PlanOp op_;
+  uint8_t* buf_;
+  std::unique_ptr<uint8_t[]> staging_;
+};
+
+}  // namespace stragg

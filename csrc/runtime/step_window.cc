@@ -1,0 +1,199 @@
+#include "runtime/step_window.h"
+
+#include <algorithm>
+
+#include "runtime/executor.h"
+#include "runtime/step_sink.h"
+
+namespace stragg {
+namespace {
+
+bool overlap(const PlanOp& a, const PlanOp& b) {
+  return a.count > 0 && b.count > 0 && a.offset < b.offset + b.count &&
+         b.offset < a.offset + a.count;
+}
+
+}  // namespace
+
+StepWindow::StepWindow(Transport& transport, const RankPlan& plan, const CollectiveSpec& spec,
+                       uint8_t* buf, size_t lookahead, ExecutorStats& stats)
+    : t_(transport),
+      plan_(plan),
+      spec_(spec),
+      buf_(buf),
+      lookahead_(std::max<size_t>(1, lookahead)),
+      elem_(dtype_size(spec.dtype)),
+      limits_(transport.supports_recv_limit()),
+      stats_(stats) {}
+
+StepWindow::~StepWindow() = default;
+
+const StepWindow::Active* StepWindow::find(size_t step_index) const {
+  if (step_index < retired_ || step_index >= retired_ + active_.size()) return nullptr;
+  return &active_[step_index - retired_];
+}
+
+void StepWindow::post(size_t step_index) {
+  const PlanStep& step = plan_.steps[step_index];
+  active_.emplace_back();
+  Active& a = active_.back();
+  a.index = step_index;
+  a.sends.resize(step.sends.size());
+  a.recvs.resize(step.recvs.size());
+  const int rank = t_.rank();
+  for (size_t i = 0; i < step.sends.size(); ++i) {
+    const PlanOp& p = step.sends[i];
+    SendOp& s = a.sends[i];
+    s.peer = p.peer;
+    s.data = buf_ + p.offset * elem_;
+    s.header.coll_seq = spec_.seq;
+    s.header.payload_bytes = p.count * elem_;
+    s.header.numel = spec_.numel;
+    s.header.step = step.id;
+    s.header.sender = static_cast<uint32_t>(rank);
+    s.header.dtype = static_cast<uint8_t>(spec_.dtype);
+    s.header.op = static_cast<uint8_t>(spec_.op);
+    s.header.algo = plan_.tag;
+    stats_.bytes_sent += p.count * elem_;
+  }
+  for (size_t i = 0; i < step.recvs.size(); ++i) {
+    PlanOp p = step.recvs[i];
+    // Without RecvOp::limit, a receive overlapping a send of the step must be staged.
+    if (p.follows_send >= 0 && !limits_) p.staged = true;
+    a.sinks.push_back(std::make_unique<StepSink>(rank, spec_, plan_.tag, step.id, p, buf_));
+    a.recvs[i].peer = p.peer;
+    a.recvs[i].sink = a.sinks.back().get();
+    stats_.bytes_received += p.count * elem_;
+  }
+  add_deps(a);
+}
+
+// Conflicts of the new step's ops with the unfinished ops of the earlier posted steps.
+void StepWindow::add_deps(Active& a) {
+  const PlanStep& step = plan_.steps[a.index];
+  a.send_deps.assign(step.sends.size(), {});
+  a.recv_deps.assign(step.recvs.size(), {});
+  for (const Active& e : active_) {
+    if (e.index >= a.index) break;
+    if (e.complete) continue;
+    const PlanStep& earlier = plan_.steps[e.index];
+    for (size_t j = 0; j < earlier.recvs.size(); ++j) {
+      for (size_t i = 0; i < step.sends.size(); ++i) {  // read after write
+        if (overlap(step.sends[i], earlier.recvs[j])) a.send_deps[i].push_back({e.index, false, j});
+      }
+      for (size_t i = 0; i < step.recvs.size(); ++i) {  // write after write
+        if (overlap(step.recvs[i], earlier.recvs[j])) a.recv_deps[i].push_back({e.index, false, j});
+      }
+    }
+    for (size_t j = 0; j < earlier.sends.size(); ++j) {
+      for (size_t i = 0; i < step.recvs.size(); ++i) {  // write after read
+        if (overlap(step.recvs[i], earlier.sends[j])) a.recv_deps[i].push_back({e.index, true, j});
+      }
+    }
+  }
+}
+
+bool StepWindow::dep_satisfied(const Dep& d) const {
+  const Active* e = find(d.step);
+  if (e == nullptr || e->complete) return true;  // retired or completed: its writes are applied
+  if (d.send) return e->sends[d.index].done;
+  // A staged receive writes the buffer only when its step completes.
+  const PlanOp& p = plan_.steps[d.step].recvs[d.index];
+  const bool staged = p.staged || (p.follows_send >= 0 && !limits_);
+  return !staged && e->recvs[d.index].done;
+}
+
+bool StepWindow::ready(std::vector<Dep>& deps) const {
+  deps.erase(std::remove_if(deps.begin(), deps.end(),
+                            [this](const Dep& d) { return dep_satisfied(d); }),
+             deps.end());
+  return deps.empty();
+}
+
+// True if an earlier op of the same direction to the same peer is unfinished (messages between
+// two ranks keep the schedule's order).
+bool StepWindow::peer_busy(size_t step_index, bool send, size_t index) const {
+  const Active* self = find(step_index);
+  const int peer = send ? self->sends[index].peer : self->recvs[index].peer;
+  for (const Active& e : active_) {
+    if (e.index > step_index) break;
+    const size_t limit = e.index == step_index ? index : (send ? e.sends.size() : e.recvs.size());
+    for (size_t j = 0; j < limit; ++j) {
+      if (send && e.sends[j].peer == peer && !e.sends[j].done) return true;
+      if (!send && e.recvs[j].peer == peer && !e.recvs[j].done) return true;
+    }
+  }
+  return false;
+}
+
+bool StepWindow::progress_step(Active& a) {
+  const PlanStep& step = plan_.steps[a.index];
+  bool moved = false;
+  bool all_done = true;
+  for (size_t i = 0; i < a.sends.size(); ++i) {
+    if (a.sends[i].done) continue;
+    all_done = false;
+    if (!ready(a.send_deps[i]) || peer_busy(a.index, true, i)) continue;
+    moved |= t_.progress(a.sends[i]);
+  }
+  for (size_t i = 0; i < a.recvs.size(); ++i) {
+    if (a.recvs[i].done) continue;
+    all_done = false;
+    if (!ready(a.recv_deps[i]) || peer_busy(a.index, false, i)) continue;
+    const int k = step.recvs[i].follows_send;
+    if (limits_ && k >= 0) {
+      // Land only bytes the overlapping send has already read (sends read start-of-step data):
+      // y bytes of this receive are safe once send_offset + sent >= recv_offset + y.
+      const SendOp& s = a.sends[k];
+      const size_t s0 = step.sends[k].offset * elem_;
+      const size_t r0 = step.recvs[i].offset * elem_;
+      a.recvs[i].limit = s.done ? static_cast<size_t>(-1) : (s0 + s.sent > r0 ? s0 + s.sent - r0 : 0);
+    }
+    moved |= t_.progress(a.recvs[i]);
+  }
+  if (!all_done) {
+    // Ops that finished just now complete the step below on the next pass.
+    all_done = std::all_of(a.sends.begin(), a.sends.end(), [](const SendOp& s) { return s.done; }) &&
+               std::all_of(a.recvs.begin(), a.recvs.end(), [](const RecvOp& r) { return r.done; });
+  }
+  if (all_done) {
+    for (auto& sink : a.sinks) sink->apply_staged();
+    a.complete = true;
+    a.sinks.clear();  // frees the staging memory
+    if (step.pre_arrival) pre_arrival_end_ = std::chrono::steady_clock::now();
+    moved = true;
+  }
+  return moved;
+}
+
+bool StepWindow::progress() {
+  bool moved = false;
+  while (active_.size() < lookahead_ && retired_ + active_.size() < plan_.steps.size()) {
+    post(retired_ + active_.size());
+    moved = true;
+  }
+  for (Active& a : active_) {
+    if (!a.complete) moved |= progress_step(a);
+  }
+  while (!active_.empty() && active_.front().complete) {
+    active_.pop_front();
+    ++retired_;
+    moved = true;
+  }
+  return moved;
+}
+
+std::vector<int> StepWindow::awaited() const {
+  std::vector<int> out;
+  for (const Active& a : active_) {
+    for (const auto& r : a.recvs)
+      if (!r.done) out.push_back(r.peer);
+    for (const auto& s : a.sends)
+      if (!s.done) out.push_back(s.peer);
+  }
+  std::sort(out.begin(), out.end());
+  out.erase(std::unique(out.begin(), out.end()), out.end());
+  return out;
+}
+
+}  // namespace stragg

@@ -1,0 +1,98 @@
+// The steps of a RankPlan in flight (no torch here): the executor's progress engine.
+//
+// The schedule IR's semantics are lockstep: in a step every send reads the data as it was at the
+// start of the step and receives are applied at its end. Running the steps strictly one after
+// another honours that, but couples unrelated transfers: a rank cannot start the send of step
+// d+1 on one link until the receive of step d on another link has finished, even when that send
+// reads data the receive does not touch (OptCC's straggler sends its raw contribution every
+// window, whatever it receives). On a network whose links differ, that coupling leaves the slow
+// link idle while a fast one finishes, and every jitter of one transfer delays all others.
+//
+// A StepWindow keeps up to `lookahead` consecutive steps posted. An op of a later step may run
+// as soon as the data it touches is ready, i.e. it waits only for the unfinished ops of earlier
+// steps it conflicts with:
+//   * a send waits for earlier receives into an overlapping range (it must read their result);
+//   * a receive waits for earlier sends reading an overlapping range (they must read the old
+//     data) and for earlier receives into it (reductions keep the schedule's order);
+// plus FIFO per peer and direction (messages between two ranks keep the schedule's order, so
+// headers still match step for step). Within a step the existing rules stay: receives that
+// overlap a send of the same step follow it (RecvOp::limit) or are staged and applied when the
+// step's ops are all done. The result is bitwise the same as lockstep execution: every byte is
+// reduced and copied by the same operations in the same order; only independent transfers
+// overlap. lookahead = 1 is the lockstep executor.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <vector>
+
+#include "runtime/dtype.h"
+#include "runtime/plan.h"
+#include "transport/transport.h"
+
+namespace stragg {
+
+struct CollectiveSpec;
+struct ExecutorStats;
+class StepSink;
+
+class StepWindow {
+ public:
+  StepWindow(Transport& transport, const RankPlan& plan, const CollectiveSpec& spec, uint8_t* buf,
+             size_t lookahead, ExecutorStats& stats);
+  ~StepWindow();
+  StepWindow(const StepWindow&) = delete;
+  StepWindow& operator=(const StepWindow&) = delete;
+
+  // Posts steps up to the lookahead and progresses every op that may run. True if anything
+  // moved (bytes, a step completed or was posted). Throws stragg::Error from the transport or a
+  // rejected header.
+  bool progress();
+  bool done() const { return retired_ == plan_.steps.size(); }
+  // Peers this rank still sends to or receives from in the posted steps, sorted, once each.
+  std::vector<int> awaited() const;
+  // Index of the earliest step not completed yet (== number of steps when done).
+  size_t current_step() const { return retired_; }
+  // When the last pre-arrival step completed (time_point{} if none did).
+  std::chrono::steady_clock::time_point pre_arrival_end() const { return pre_arrival_end_; }
+
+ private:
+  struct Dep {
+    size_t step;  // absolute step index
+    bool send;
+    size_t index;  // within the step's sends / recvs
+  };
+  struct Active {
+    size_t index = 0;
+    std::vector<SendOp> sends;
+    std::vector<RecvOp> recvs;
+    std::vector<std::unique_ptr<StepSink>> sinks;
+    std::vector<std::vector<Dep>> send_deps, recv_deps;
+    bool complete = false;  // every op done, staged receives applied
+  };
+
+  void post(size_t step_index);
+  void add_deps(Active& a);
+  bool dep_satisfied(const Dep& d) const;
+  bool ready(std::vector<Dep>& deps) const;
+  bool peer_busy(size_t step_index, bool send, size_t index) const;
+  bool progress_step(Active& a);
+  const Active* find(size_t step_index) const;
+
+  Transport& t_;
+  const RankPlan& plan_;
+  const CollectiveSpec& spec_;
+  uint8_t* buf_;
+  const size_t lookahead_;
+  const size_t elem_;
+  const bool limits_;
+  ExecutorStats& stats_;
+  std::deque<Active> active_;  // steps [retired_, retired_ + active_.size())
+  size_t retired_ = 0;
+  std::chrono::steady_clock::time_point pre_arrival_end_{};
+};
+
+}  // namespace stragg
