@@ -45,14 +45,17 @@ TEST(SerialWorker, RunsJobsInOrderAndReportsErrors) {
 TEST(SerialWorker, StopDrainsOrCancels) {
   for (bool drain : {true, false}) {
     SerialWorker w;
-    std::promise<void> release;
+    std::promise<void> release, started;
     auto gate = release.get_future().share();
     std::atomic<int> ran{0}, cancelled{0};
     std::string why;
     for (int i = 0; i < 4; ++i) {
       SerialWorker::Job job;
-      job.run = [&ran, gate, i] {
-        if (i == 0) gate.wait();  // holds the worker so the others stay queued
+      job.run = [&ran, &started, gate, i] {
+        if (i == 0) {
+          started.set_value();
+          gate.wait();  // holds the worker so the others stay queued
+        }
         ran.fetch_add(1);
       };
       job.cancel = [&cancelled, &why](const std::string& w) {
@@ -61,6 +64,7 @@ TEST(SerialWorker, StopDrainsOrCancels) {
       };
       ASSERT_TRUE(w.submit(std::move(job)));
     }
+    started.get_future().wait();  // job 0 runs: the other three are queued
     std::thread stopper([&] { w.stop(drain, "the group was shut down"); });
     while (!w.stopped()) std::this_thread::yield();
     release.set_value();
