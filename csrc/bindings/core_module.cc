@@ -162,6 +162,9 @@ PYBIND11_MODULE(_core, m) {
   cf.def("optcc_t0", &closed_form::optcc_t0);
   cf.def("optcc_single_limit", &closed_form::optcc_single_limit);
   cf.def("optcc_multi_limit", &closed_form::optcc_multi_limit);
+  cf.def("optcc_single_lower_bound", &closed_form::optcc_single_lower_bound);
+  cf.def("optcc_multi_lower_bound", &closed_form::optcc_multi_lower_bound);
+  cf.def("optcc_single_finite", &closed_form::optcc_single_finite);
   cf.def("sc_choose", [](int n, double m, double a, double b, double d, double r) {
     closed_form::ShortCircuitChoice c = closed_form::sc_choose(n, m, a, b, d, r);
     py::dict out;

@@ -357,7 +357,43 @@ PlanChoice Planner::choose(size_t bytes, int call_straggler, double delay_s) con
     }
     return c;
   }
-  return fixed_choice(config_.straggler.rank, network());
+  c = fixed_choice(config_.straggler.rank, network());
+  if (c.algorithm == Algorithm::Optcc && c.segments == 0) c = best_optcc_segments(bytes, c);
+  return c;
+}
+
+PlanChoice Planner::best_optcc_segments(size_t bytes, const PlanChoice& base) const {
+  const AutoKey key{bytes, -2, 0.0};  // -2: not a straggler, the explicit-OptCC entry
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = degraded_choice_.find(key);
+    if (it != degraded_choice_.end() && it->second.slow == base.slow) return it->second;
+  }
+  const int healthy = n_ - static_cast<int>(base.slow.size());
+  PlanChoice best = base;
+  best.predicted_s = -1;
+  for (int k : optcc_segment_candidates()) {
+    if (k > 1 && static_cast<double>(bytes) / (k * std::max(1, healthy)) < kMinOptccChunkBytes) {
+      break;
+    }
+    PlanChoice c = base;
+    c.segments = k;
+    double t = 0;
+    try {
+      t = predict(c, bytes);
+    } catch (const Error&) {
+      continue;
+    }
+    if (best.predicted_s < 0 || t < best.predicted_s) {
+      best = c;
+      best.predicted_s = t;
+    }
+  }
+  if (best.predicted_s < 0) best = base;  // keep the generator's default
+  std::lock_guard<std::mutex> lock(mu_);
+  if (degraded_choice_.size() >= kAutoChoiceCacheLimit) degraded_choice_.clear();
+  degraded_choice_[key] = best;
+  return best;
 }
 
 std::shared_ptr<const RankPlan> Planner::plan(int rank, const PlanChoice& choice, size_t numel,

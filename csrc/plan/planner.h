@@ -116,6 +116,8 @@ class Planner {
   PlanChoice auto_degraded(size_t bytes, int call_straggler, double delay_s,
                            const NetworkModel& net) const;
   PlanChoice fixed_choice(int call_straggler, const NetworkModel& net) const;
+  // `base` (OptCC) with the segment count the cost model predicts fastest for `bytes`.
+  PlanChoice best_optcc_segments(size_t bytes, const PlanChoice& base) const;
 
   using ScheduleKey = std::tuple<Algorithm, int, std::vector<std::pair<int, double>>, int>;
   using PlanKey = std::tuple<ScheduleKey, int, size_t, size_t, bool>;
