@@ -38,7 +38,8 @@ std::vector<double> time_reps(const std::function<void()>& fn, int reps) {
   while (true) {
     const auto t0 = Clock::now();
     for (int i = 0; i < iters; ++i) fn();
-    if (std::chrono::duration<double>(Clock::now() - t0).count() > 2e-3 || iters >= (1 << 20)) break;
+    if (std::chrono::duration<double>(Clock::now() - t0).count() > 2e-3 || iters >= (1 << 20))
+      break;
     iters *= 2;
   }
   std::vector<double> out;
@@ -62,14 +63,25 @@ void fill(stragg::DType t, std::vector<unsigned char>& b, std::mt19937& rng) {
   const size_t n = b.size() / stragg::dtype_size(t);
   for (size_t i = 0; i < n; ++i) {
     switch (t) {
-      case stragg::DType::Float32: reinterpret_cast<float*>(b.data())[i] = 1.0f; break;
-      case stragg::DType::Float64: reinterpret_cast<double*>(b.data())[i] = 1.0; break;
-      case stragg::DType::Float16: reinterpret_cast<uint16_t*>(b.data())[i] = 0x3c00; break;
-      case stragg::DType::BFloat16: reinterpret_cast<uint16_t*>(b.data())[i] = 0x3f80; break;
-      case stragg::DType::Bool: b[i] = static_cast<unsigned char>(rng() & 1); break;
+      case stragg::DType::Float32:
+        reinterpret_cast<float*>(b.data())[i] = 1.0f;
+        break;
+      case stragg::DType::Float64:
+        reinterpret_cast<double*>(b.data())[i] = 1.0;
+        break;
+      case stragg::DType::Float16:
+        reinterpret_cast<uint16_t*>(b.data())[i] = 0x3c00;
+        break;
+      case stragg::DType::BFloat16:
+        reinterpret_cast<uint16_t*>(b.data())[i] = 0x3f80;
+        break;
+      case stragg::DType::Bool:
+        b[i] = static_cast<unsigned char>(rng() & 1);
+        break;
       default: {
         const size_t es = stragg::dtype_size(t);
-        for (size_t k = 0; k < es; ++k) b[i * es + k] = k == 0 ? static_cast<unsigned char>(rng() & 3) : 0;
+        for (size_t k = 0; k < es; ++k)
+          b[i * es + k] = k == 0 ? static_cast<unsigned char>(rng() & 3) : 0;
       }
     }
   }
@@ -110,8 +122,8 @@ int main(int argc, char** argv) {
       if (!stragg::reduce_supported(t, op)) continue;
       std::vector<unsigned char> d = dst;
       auto fn = [&] { stragg::reduce_into(t, op, d.data(), src.data(), n); };
-      results.push_back(summarise(stragg::dtype_name(t), stragg::reduce_op_name(op), bytes,
-                                  time_reps(fn, reps)));
+      results.push_back(
+          summarise(stragg::dtype_name(t), stragg::reduce_op_name(op), bytes, time_reps(fn, reps)));
     }
     if (stragg::is_floating(t)) {
       std::vector<unsigned char> d = dst;
@@ -132,10 +144,10 @@ int main(int argc, char** argv) {
     std::printf("[");
     for (size_t i = 0; i < results.size(); ++i) {
       const Result& r = results[i];
-      std::printf("%s{\"dtype\": \"%s\", \"op\": \"%s\", \"kib\": %zu, \"median_gbs\": %.3f, "
-                  "\"min_gbs\": %.3f, \"max_gbs\": %.3f}",
-                  i ? ", " : "", r.dtype.c_str(), r.op.c_str(), kib, r.median_gbs, r.min_gbs,
-                  r.max_gbs);
+      std::printf(
+          "%s{\"dtype\": \"%s\", \"op\": \"%s\", \"kib\": %zu, \"median_gbs\": %.3f, "
+          "\"min_gbs\": %.3f, \"max_gbs\": %.3f}",
+          i ? ", " : "", r.dtype.c_str(), r.op.c_str(), kib, r.median_gbs, r.min_gbs, r.max_gbs);
     }
     std::printf("]\n");
     return 0;

@@ -49,7 +49,8 @@ class CudaDevice final : public Device {
 
   void* alloc_async(size_t bytes, Stream s) override {
     void* p = nullptr;
-    cuda_check(cudaMallocAsync(&p, bytes, s), "cudaMallocAsync of " + std::to_string(bytes) + " bytes");
+    cuda_check(cudaMallocAsync(&p, bytes, s),
+               "cudaMallocAsync of " + std::to_string(bytes) + " bytes");
     return p;
   }
   void free_async(void* p, Stream s) noexcept override { cudaFreeAsync(p, s); }

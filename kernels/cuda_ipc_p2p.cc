@@ -64,7 +64,18 @@ bool pid_dead(int64_t pid) {
 }
 
 // Published by every rank at setup. Fields separated by ';'.
-enum Field { kVersion, kPid, kDevice, kSlotBytes, kSlots, kShmName, kStaging, kReady, kConsumed, kFields };
+enum Field {
+  kVersion,
+  kPid,
+  kDevice,
+  kSlotBytes,
+  kSlots,
+  kShmName,
+  kStaging,
+  kReady,
+  kConsumed,
+  kFields
+};
 
 }  // namespace
 
@@ -125,9 +136,9 @@ void CudaIpcP2P::setup(Rendezvous& rdv, const std::string& key_prefix,
 
   // My staging (indexed by sender) and the events I record.
   void* staging = nullptr;
-  cuda_check(cudaMalloc(&staging, n * slots * slot_bytes_),
-             where() + ": cudaMalloc of " + std::to_string(n * slots * slot_bytes_) +
-                 " staging bytes");
+  cuda_check(
+      cudaMalloc(&staging, n * slots * slot_bytes_),
+      where() + ": cudaMalloc of " + std::to_string(n * slots * slot_bytes_) + " staging bytes");
   staging_ = static_cast<uint8_t*>(staging);
   cudaIpcMemHandle_t mem_handle;
   cuda_check(cudaIpcGetMemHandle(&mem_handle, staging_), where() + ": cudaIpcGetMemHandle");
@@ -185,8 +196,8 @@ void CudaIpcP2P::open_peer(int q, const std::vector<std::string>& f) {
   if (f[kSlotBytes] != std::to_string(slot_bytes_) || f[kSlots] != std::to_string(slots_)) {
     throw Error(where() + ": staging configuration mismatch with rank " + peer +
                 ": slots x bytes " + f[kSlots] + " x " + f[kSlotBytes] + " (rank " + peer +
-                ") vs " + std::to_string(slots_) + " x " + std::to_string(slot_bytes_) +
-                " (rank " + std::to_string(rank_) + ")");
+                ") vs " + std::to_string(slots_) + " x " + std::to_string(slot_bytes_) + " (rank " +
+                std::to_string(rank_) + ")");
   }
   if (q == 0 && rank_ != 0) open_shared(f[kShmName]);
   if (q == rank_) return;
@@ -207,7 +218,8 @@ void CudaIpcP2P::open_peer(int q, const std::vector<std::string>& f) {
     // Rank q's events for the channels with me: its ready events for q -> me (I wait on them
     // as receiver), its consumed events for me -> q (I wait on them as sender).
     const size_t idx = static_cast<size_t>(rank_) * slots + s;
-    for (auto [field, v] : {std::pair{kReady, &ready_peer_}, std::pair{kConsumed, &consumed_peer_}}) {
+    for (auto [field, v] :
+         {std::pair{kReady, &ready_peer_}, std::pair{kConsumed, &consumed_peer_}}) {
       cudaIpcEventHandle_t h;
       if (!from_hex(f[field], idx * 2 * sizeof h, &h, sizeof h)) {
         throw Error(where() + ": malformed event handle from rank " + peer);

@@ -131,7 +131,8 @@ void GpuExecutor::enqueue_steps(const RankPlan& plan, const CollectiveSpec& spec
       }
       stats_.bytes_received += r.count * elem;
     }
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+    const auto left =
+        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
     p2p_.group_end(std::max(left, std::chrono::milliseconds(1)));
     // The group is complete on the stream: apply what landed in scratch.
     for (const ScratchRecv& sr : scratch_recvs) {
@@ -153,8 +154,8 @@ GpuCompletion GpuExecutor::run(const RankPlan& plan, const CollectiveSpec& spec,
   const auto start = Clock::now();
   const std::string where = prefix(p2p_, spec);
   if (auto reason = p2p_.async_error()) {
-    throw Error(where + ": the process group was aborted earlier and cannot be used any more: " +
-                *reason);
+    throw Error(where +
+                ": the process group was aborted earlier and cannot be used any more: " + *reason);
   }
   p2p_.announce_arrival(spec.op_name, spec.seq);
   GpuCompletion done;

@@ -23,8 +23,9 @@
 // unlike the CPU executor, mismatched collectives (numel, dtype, op) are not detected here; the
 // caller must agree on them beforehand.
 //
-// What has run where: this class runs in CI on the host device (tests/cpp/test_host_gpu_executor.cc,
-// every algorithm, 2-4 in-process ranks); on the CUDA device it has not run yet (tests/gpu/).
+// What has run where: this class runs in CI on the host device
+// (tests/cpp/test_host_gpu_executor.cc, every algorithm, 2-4 in-process ranks); on the CUDA device
+// it has not run yet (tests/gpu/).
 #pragma once
 
 #include <chrono>

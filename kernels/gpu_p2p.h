@@ -71,7 +71,8 @@ class GpuP2P {
       if (q == rank()) continue;
       const int64_t last = peer_arrival(q);
       if (last == kArrivalUnknown || last >= static_cast<int64_t>(seq)) continue;
-      m += "; rank " + std::to_string(q) + " has not called " + op_name + " #" + std::to_string(seq);
+      m +=
+          "; rank " + std::to_string(q) + " has not called " + op_name + " #" + std::to_string(seq);
       if (last >= 0) m += " (its last was #" + std::to_string(last) + ")";
     }
     return m;

@@ -5,14 +5,13 @@
 // kernels/reduce_loop.h (a scalar head, 16-byte vectors, a scalar tail), which the host runs as
 // well (kernels/host/host_kernels.cc) so that CI checks it without a GPU. Argument checks, layout
 // and grid size come from kernels/reduce_launch.h, shared with that host runner.
-#include "kernels/reduce_kernels.h"
-
 #include <cuda_runtime.h>
 
 #include <mutex>
 #include <string>
 
 #include "kernels/cuda_check.h"
+#include "kernels/reduce_kernels.h"
 #include "kernels/reduce_launch.h"
 #include "kernels/reduce_loop.h"
 #include "runtime/reduce_ops.h"
@@ -70,9 +69,9 @@ struct LaunchBinary {
   void operator()(Fn fn) const {
     using S = typename Fn::Storage;
     const Layout l = layout_for(sizeof(S), count, {out, a, b});
-    binary_kernel<Fn><<<grid_blocks(l, count, sizeof(S), sm_count()), kThreadsPerBlock, 0,
-                        stream>>>(fn, static_cast<S*>(out), static_cast<const S*>(a),
-                                  static_cast<const S*>(b), l, count);
+    binary_kernel<Fn>
+        <<<grid_blocks(l, count, sizeof(S), sm_count()), kThreadsPerBlock, 0, stream>>>(
+            fn, static_cast<S*>(out), static_cast<const S*>(a), static_cast<const S*>(b), l, count);
     cuda_check(cudaGetLastError(), launch_what("reduce", t, count));
   }
 };
@@ -87,8 +86,8 @@ struct LaunchUnary {
   void operator()(Fn fn) const {
     using S = typename Fn::Storage;
     const Layout l = layout_for(sizeof(S), count, {buf});
-    unary_kernel<Fn><<<grid_blocks(l, count, sizeof(S), sm_count()), kThreadsPerBlock, 0,
-                       stream>>>(fn, static_cast<S*>(buf), l, count);
+    unary_kernel<Fn><<<grid_blocks(l, count, sizeof(S), sm_count()), kThreadsPerBlock, 0, stream>>>(
+        fn, static_cast<S*>(buf), l, count);
     cuda_check(cudaGetLastError(), launch_what(name, t, count));
   }
 };

@@ -67,7 +67,8 @@ StagedP2P::Channel& StagedP2P::channel(int sender, int receiver) const {
 
 std::atomic<int64_t>& StagedP2P::arrival(int q) const {
   const size_t nn = static_cast<size_t>(size_) * size_;
-  auto* base = static_cast<char*>(shared_) + round64(sizeof(Header)) + round64(sizeof(Channel) * nn);
+  auto* base =
+      static_cast<char*>(shared_) + round64(sizeof(Header)) + round64(sizeof(Channel) * nn);
   return reinterpret_cast<std::atomic<int64_t>*>(base)[q];
 }
 
@@ -96,8 +97,7 @@ void StagedP2P::send(const void* buf, size_t bytes, int peer, Stream stream) {
   if (peer < 0 || peer >= size_ || peer == rank_) {
     throw Error(where() + ": send to invalid peer " + std::to_string(peer));
   }
-  group_.push_back(
-      Op{true, peer, static_cast<uint8_t*>(const_cast<void*>(buf)), bytes, 0, stream});
+  group_.push_back(Op{true, peer, static_cast<uint8_t*>(const_cast<void*>(buf)), bytes, 0, stream});
 }
 
 void StagedP2P::recv(void* buf, size_t bytes, int peer, Stream stream) {
@@ -153,7 +153,8 @@ void StagedP2P::check_waiting(const Clock::time_point& deadline,
     last_health_check_ = now;
     for (const Op& op : group_) {
       if (op.done != op.bytes && peer_gone(op.peer)) {
-        throw TimeoutError(where() + ": rank " + std::to_string(op.peer) + " has died (process gone)");
+        throw TimeoutError(where() + ": rank " + std::to_string(op.peer) +
+                           " has died (process gone)");
       }
     }
   }

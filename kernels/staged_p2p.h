@@ -14,7 +14,8 @@
 //   sender, piece k (slot k % slots): host waits until consumed >= k - slots + 1, then enqueues
 //     wait(consumed event of the slot) -> copy into the slot -> record(ready event); ready = k+1
 //   receiver, piece k: host waits until ready >= k + 1, then enqueues
-//     wait(ready event of the slot) -> copy out of the slot -> record(consumed event); consumed = k+1
+//     wait(ready event of the slot) -> copy out of the slot -> record(consumed event); consumed =
+//     k+1
 //
 // A counter is published only after the event record it announces was enqueued, and an event
 // slot is re-recorded only after the peer has enqueued its wait on the previous record (that is
@@ -87,12 +88,12 @@ class StagedP2P : public GpuP2P {
 
   // Set up by the subclass. Staging areas are indexed by sender: slot `s` of the channel
   // q -> r lies at staging(r) + (q * slots + s) * slot_bytes.
-  uint8_t* staging_ = nullptr;                // mine
-  std::vector<uint8_t*> peer_staging_;        // peers' (nullptr for me)
-  std::vector<Event> ready_mine_;     // [peer * slots + slot]: channel me -> peer, recorded by me
-  std::vector<Event> consumed_mine_;  // [peer * slots + slot]: channel peer -> me, recorded by me
-  std::vector<Event> ready_peer_;     // [peer * slots + slot]: channel peer -> me, by the peer
-  std::vector<Event> consumed_peer_;  // [peer * slots + slot]: channel me -> peer, by the peer
+  uint8_t* staging_ = nullptr;          // mine
+  std::vector<uint8_t*> peer_staging_;  // peers' (nullptr for me)
+  std::vector<Event> ready_mine_;       // [peer * slots + slot]: channel me -> peer, recorded by me
+  std::vector<Event> consumed_mine_;    // [peer * slots + slot]: channel peer -> me, recorded by me
+  std::vector<Event> ready_peer_;       // [peer * slots + slot]: channel peer -> me, by the peer
+  std::vector<Event> consumed_peer_;    // [peer * slots + slot]: channel me -> peer, by the peer
 
  private:
   struct Op {

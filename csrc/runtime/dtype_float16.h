@@ -66,10 +66,10 @@ STRAGG_HD_INLINE uint32_t select_bits(bool c, uint32_t a, uint32_t b) {
 
 STRAGG_HD_INLINE float half_to_float(uint16_t h) {
   const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
-  const uint32_t em = h & 0x7fffu;                  // exponent and mantissa
-  uint32_t r = (em << 13) + 0x38000000u;            // normal: rebias exponent 15 -> 127
-  r = em >= 0x7c00u ? r + 0x38000000u : r;          // inf/NaN: exponent all ones
-  r = em > 0x7c00u ? (r | 0x00400000u) : r;         // NaN: quiet it (like VCVTPH2PS)
+  const uint32_t em = h & 0x7fffu;           // exponent and mantissa
+  uint32_t r = (em << 13) + 0x38000000u;     // normal: rebias exponent 15 -> 127
+  r = em >= 0x7c00u ? r + 0x38000000u : r;   // inf/NaN: exponent all ones
+  r = em > 0x7c00u ? (r | 0x00400000u) : r;  // NaN: quiet it (like VCVTPH2PS)
   // Zero/subnormal: mantissa * 2^-24, exact, and a normal float (so DAZ/FTZ cannot touch it).
   const uint32_t sub = bits_of(static_cast<float>(static_cast<int32_t>(em)) * 0x1p-24f);
   r = select_bits(em < 0x0400u, sub, r);
@@ -102,12 +102,14 @@ STRAGG_HD_INLINE uint16_t float_to_half(float f) {
   // truncated result is odd.
   const uint32_t sub_h = (m + (1u << (shift - 1)) - 1u + ((m >> shift) & 1u)) >> shift;
   uint32_t h = ax >= 0x38800000 ? norm_h : sub_h;
-  h = ax >= 0x477ff000 ? 0x7c00u : h;                  // >= 65520 rounds to inf (65504 is odd)
+  h = ax >= 0x477ff000 ? 0x7c00u : h;  // >= 65520 rounds to inf (65504 is odd)
   h = ax > 0x7f800000 ? static_cast<uint32_t>(nan_h) : h;
   return static_cast<uint16_t>(sign | h);
 }
 
-STRAGG_HD_INLINE float bf16_to_float(uint16_t b) { return float_of(static_cast<uint32_t>(b) << 16); }
+STRAGG_HD_INLINE float bf16_to_float(uint16_t b) {
+  return float_of(static_cast<uint32_t>(b) << 16);
+}
 
 STRAGG_HD_INLINE uint16_t float_to_bf16(float f) {
   const uint32_t x = bits_of(f);

@@ -99,12 +99,16 @@ void divide_avx2(DType t, void* b, size_t n, int64_t d) {
   ops::visit_divide(t, d, Avx2Unary{b, n});
 }
 void to_f32_avx2(DType t, const uint16_t* in, float* out, size_t n) {
-  if (t == DType::Float16) f16_to_f32_avx2<HalfCodecF16C>(in, out, n);
-  else f16_to_f32_avx2<Bf16CodecAvx2>(in, out, n);
+  if (t == DType::Float16)
+    f16_to_f32_avx2<HalfCodecF16C>(in, out, n);
+  else
+    f16_to_f32_avx2<Bf16CodecAvx2>(in, out, n);
 }
 void from_f32_avx2(DType t, const float* in, uint16_t* out, size_t n) {
-  if (t == DType::Float16) f32_to_f16_avx2<HalfCodecF16C>(in, out, n);
-  else f32_to_f16_avx2<Bf16CodecAvx2>(in, out, n);
+  if (t == DType::Float16)
+    f32_to_f16_avx2<HalfCodecF16C>(in, out, n);
+  else
+    f32_to_f16_avx2<Bf16CodecAvx2>(in, out, n);
 }
 
 constexpr Kernels kAvx2{reduce_avx2, scale_avx2, divide_avx2, to_f32_avx2, from_f32_avx2};
@@ -128,7 +132,8 @@ bool isa_available(int isa) {
 
 const Kernels& kernels_for(int isa) {
   if (!isa_available(isa)) {
-    throw Error("stragg: reduce kernel variant " + std::to_string(isa) + " is not available on this CPU");
+    throw Error("stragg: reduce kernel variant " + std::to_string(isa) +
+                " is not available on this CPU");
   }
 #if STRAGG_X86_FAST
   if (isa == 1) return kAvx2;
@@ -145,8 +150,8 @@ int best_isa() {
 // Validation and the aligned/non-aliasing bounce path.
 
 [[noreturn]] void throw_unsupported(DType t, ReduceOp op) {
-  throw Error(std::string("stragg: reduce op ") + reduce_op_name(op) + " is not supported for dtype " +
-              dtype_name(t));
+  throw Error(std::string("stragg: reduce op ") + reduce_op_name(op) +
+              " is not supported for dtype " + dtype_name(t));
 }
 
 bool is_valid(DType t) { return static_cast<unsigned>(t) <= static_cast<unsigned>(DType::Bool); }
@@ -157,7 +162,8 @@ bool misaligned(const void* p, size_t align) {
 
 constexpr size_t kBounceBytes = 8192;
 
-void reduce_checked(const Kernels& k, DType t, ReduceOp op, void* dst, const void* src, size_t count) {
+void reduce_checked(const Kernels& k, DType t, ReduceOp op, void* dst, const void* src,
+                    size_t count) {
   if (!reduce_supported(t, op)) throw_unsupported(t, op);
   if (count == 0) return;
   const size_t es = dtype_size(t);
@@ -165,8 +171,8 @@ void reduce_checked(const Kernels& k, DType t, ReduceOp op, void* dst, const voi
   const unsigned char* s = static_cast<const unsigned char*>(src);
   const size_t bytes = count * es;
   if (d != s && d < s + bytes && s < d + bytes) {
-    throw Error("stragg: reduce_into: dst and src overlap partially (dtype " + std::string(dtype_name(t)) +
-                ", count " + std::to_string(count) + ")");
+    throw Error("stragg: reduce_into: dst and src overlap partially (dtype " +
+                std::string(dtype_name(t)) + ", count " + std::to_string(count) + ")");
   }
   if (d != s && !misaligned(d, es) && !misaligned(s, es)) {
     k.reduce(t, op, d, s, count);
@@ -215,7 +221,8 @@ void scale_checked(const Kernels& k, DType t, void* buf, size_t count, double fa
 
 void divide_checked(const Kernels& k, DType t, void* buf, size_t count, int64_t divisor) {
   if (!is_valid(t) || t == DType::Bool) {
-    throw Error(std::string("stragg: divide_inplace (AVG) is not supported for dtype ") + dtype_name(t));
+    throw Error(std::string("stragg: divide_inplace (AVG) is not supported for dtype ") +
+                dtype_name(t));
   }
   if (divisor == 0 && !is_floating(t)) {
     throw Error(std::string("stragg: divide_inplace (AVG): integer division by zero for dtype ") +
@@ -226,7 +233,8 @@ void divide_checked(const Kernels& k, DType t, void* buf, size_t count, int64_t 
 
 void check_16bit_float(DType t) {
   if (t != DType::Float16 && t != DType::BFloat16) {
-    throw Error(std::string("stragg: 16-bit float conversion requested for dtype ") + dtype_name(t));
+    throw Error(std::string("stragg: 16-bit float conversion requested for dtype ") +
+                dtype_name(t));
   }
 }
 

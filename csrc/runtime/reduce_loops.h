@@ -60,8 +60,8 @@ STRAGG_HOST_INLINE void int_divide_loop(T* STRAGG_RESTRICT b, size_t n, int64_t 
       b[i] = static_cast<T>(static_cast<int32_t>(static_cast<F>(b[i]) / fd));
     }
   } else {
-    const uint64_t ad = divisor < 0 ? uint64_t{0} - static_cast<uint64_t>(divisor)
-                                    : static_cast<uint64_t>(divisor);
+    const uint64_t ad =
+        divisor < 0 ? uint64_t{0} - static_cast<uint64_t>(divisor) : static_cast<uint64_t>(divisor);
     if ((ad & (ad - 1)) == 0) {  // power of two (common: world sizes): shift with bias
       int k = 0;
       while ((uint64_t{1} << k) != ad) ++k;
@@ -115,14 +115,18 @@ struct PortableBinary {
   const void* s;
   size_t n;
   template <class Fn>
-  STRAGG_HOST_INLINE void operator()(Fn fn) const { portable_binary(d, s, n, fn); }
+  STRAGG_HOST_INLINE void operator()(Fn fn) const {
+    portable_binary(d, s, n, fn);
+  }
 };
 
 struct PortableUnary {
   void* b;
   size_t n;
   template <class Fn>
-  STRAGG_HOST_INLINE void operator()(Fn fn) const { portable_unary(b, n, fn); }
+  STRAGG_HOST_INLINE void operator()(Fn fn) const {
+    portable_unary(b, n, fn);
+  }
 };
 
 }  // namespace stragg::cpu_reduce

@@ -37,7 +37,8 @@ struct HalfCodecF16C {
             _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 8)))};
   }
   static STRAGG_AVX2_INLINE void store16(uint16_t* p, F32x16 v) {
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(p), _mm256_cvtps_ph(v.a, _MM_FROUND_TO_NEAREST_INT));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(p),
+                     _mm256_cvtps_ph(v.a, _MM_FROUND_TO_NEAREST_INT));
     _mm_storeu_si128(reinterpret_cast<__m128i*>(p + 8),
                      _mm256_cvtps_ph(v.b, _MM_FROUND_TO_NEAREST_INT));
   }
@@ -58,8 +59,8 @@ struct Bf16CodecAvx2 {
     const __m256i x = _mm256_castps_si256(v);
     const __m256i hi = _mm256_srli_epi32(x, 16);
     const __m256i lsb = _mm256_and_si256(hi, _mm256_set1_epi32(1));
-    const __m256i rounded =
-        _mm256_srli_epi32(_mm256_add_epi32(x, _mm256_add_epi32(lsb, _mm256_set1_epi32(0x7fff))), 16);
+    const __m256i rounded = _mm256_srli_epi32(
+        _mm256_add_epi32(x, _mm256_add_epi32(lsb, _mm256_set1_epi32(0x7fff))), 16);
     const __m256i nan_bits = _mm256_or_si256(hi, _mm256_set1_epi32(0x0040));
     const __m256i is_nan = _mm256_castps_si256(_mm256_cmp_ps(v, v, _CMP_UNORD_Q));
     return _mm256_blendv_epi8(rounded, nan_bits, is_nan);
@@ -71,8 +72,8 @@ struct Bf16CodecAvx2 {
 };
 
 template <class Fmt>
-using CodecFor = std::conditional_t<std::is_same_v<Fmt, ops::Float16Format>, HalfCodecF16C,
-                                    Bf16CodecAvx2>;
+using CodecFor =
+    std::conditional_t<std::is_same_v<Fmt, ops::Float16Format>, HalfCodecF16C, Bf16CodecAvx2>;
 
 template <class Fmt>
 constexpr bool kIs16BitFloat =
@@ -171,14 +172,18 @@ struct Avx2Binary {
   const void* s;
   size_t n;
   template <class Fn>
-  STRAGG_HOST_INLINE void operator()(Fn fn) const { avx2_binary(d, s, n, fn); }
+  STRAGG_HOST_INLINE void operator()(Fn fn) const {
+    avx2_binary(d, s, n, fn);
+  }
 };
 
 struct Avx2Unary {
   void* b;
   size_t n;
   template <class Fn>
-  STRAGG_HOST_INLINE void operator()(Fn fn) const { avx2_unary(b, n, fn); }
+  STRAGG_HOST_INLINE void operator()(Fn fn) const {
+    avx2_unary(b, n, fn);
+  }
 };
 
 // Bulk conversions (test hooks): the same load16/store16 code the kernels run, with the codec's

@@ -99,7 +99,8 @@ STRAGG_HD_INLINE bool sign_bit(double x) {
 // Unsigned type for wrapping integer arithmetic on T.
 template <class T>
 struct Wide {
-  using type = std::conditional_t<(sizeof(T) < sizeof(unsigned)), unsigned, std::make_unsigned_t<T>>;
+  using type =
+      std::conditional_t<(sizeof(T) < sizeof(unsigned)), unsigned, std::make_unsigned_t<T>>;
 };
 
 // ------------------------------------------------------------------------------------------------
@@ -157,29 +158,41 @@ struct Max {
 
 struct BAnd {
   template <class T>
-  STRAGG_HD_INLINE static T apply(T a, T b) { return static_cast<T>(a & b); }
+  STRAGG_HD_INLINE static T apply(T a, T b) {
+    return static_cast<T>(a & b);
+  }
 };
 struct BOr {
   template <class T>
-  STRAGG_HD_INLINE static T apply(T a, T b) { return static_cast<T>(a | b); }
+  STRAGG_HD_INLINE static T apply(T a, T b) {
+    return static_cast<T>(a | b);
+  }
 };
 struct BXor {
   template <class T>
-  STRAGG_HD_INLINE static T apply(T a, T b) { return static_cast<T>(a ^ b); }
+  STRAGG_HD_INLINE static T apply(T a, T b) {
+    return static_cast<T>(a ^ b);
+  }
 };
 
 // Bool bytes.
 struct LogicalOr {
   template <class T>
-  STRAGG_HD_INLINE static T apply(T a, T b) { return static_cast<T>((a | b) != 0); }
+  STRAGG_HD_INLINE static T apply(T a, T b) {
+    return static_cast<T>((a | b) != 0);
+  }
 };
 struct LogicalAnd {
   template <class T>
-  STRAGG_HD_INLINE static T apply(T a, T b) { return static_cast<T>((a != 0) & (b != 0)); }
+  STRAGG_HD_INLINE static T apply(T a, T b) {
+    return static_cast<T>((a != 0) & (b != 0));
+  }
 };
 struct LogicalXor {
   template <class T>
-  STRAGG_HD_INLINE static T apply(T a, T b) { return static_cast<T>((a != 0) ^ (b != 0)); }
+  STRAGG_HD_INLINE static T apply(T a, T b) {
+    return static_cast<T>((a != 0) ^ (b != 0));
+  }
 };
 
 // ------------------------------------------------------------------------------------------------
@@ -237,17 +250,28 @@ template <class T, class Visit>
 STRAGG_HOST_INLINE bool visit_binary_plain(ReduceOp op, Visit& visit) {
   using F = PlainFormat<T>;
   switch (op) {
-    case ReduceOp::Sum: visit(Binary<F, Sum>{}); return true;
-    case ReduceOp::Prod: visit(Binary<F, Prod>{}); return true;
-    case ReduceOp::Min: visit(Binary<F, Min>{}); return true;
-    case ReduceOp::Max: visit(Binary<F, Max>{}); return true;
+    case ReduceOp::Sum:
+      visit(Binary<F, Sum>{});
+      return true;
+    case ReduceOp::Prod:
+      visit(Binary<F, Prod>{});
+      return true;
+    case ReduceOp::Min:
+      visit(Binary<F, Min>{});
+      return true;
+    case ReduceOp::Max:
+      visit(Binary<F, Max>{});
+      return true;
     case ReduceOp::BAnd:
     case ReduceOp::BOr:
     case ReduceOp::BXor:
       if constexpr (std::is_integral_v<T>) {
-        if (op == ReduceOp::BAnd) visit(Binary<F, BAnd>{});
-        else if (op == ReduceOp::BOr) visit(Binary<F, BOr>{});
-        else visit(Binary<F, BXor>{});
+        if (op == ReduceOp::BAnd)
+          visit(Binary<F, BAnd>{});
+        else if (op == ReduceOp::BOr)
+          visit(Binary<F, BOr>{});
+        else
+          visit(Binary<F, BXor>{});
         return true;
       }
       return false;
@@ -279,11 +303,20 @@ STRAGG_HOST_INLINE bool visit_binary_bool(ReduceOp op, Visit& visit) {
 template <class Fmt, class Visit>
 STRAGG_HOST_INLINE bool visit_binary_16(ReduceOp op, Visit& visit) {
   switch (op) {
-    case ReduceOp::Sum: visit(Binary<Fmt, Sum>{}); return true;
-    case ReduceOp::Prod: visit(Binary<Fmt, Prod>{}); return true;
-    case ReduceOp::Min: visit(Binary<Fmt, Min>{}); return true;
-    case ReduceOp::Max: visit(Binary<Fmt, Max>{}); return true;
-    default: return false;  // bitwise ops on floats
+    case ReduceOp::Sum:
+      visit(Binary<Fmt, Sum>{});
+      return true;
+    case ReduceOp::Prod:
+      visit(Binary<Fmt, Prod>{});
+      return true;
+    case ReduceOp::Min:
+      visit(Binary<Fmt, Min>{});
+      return true;
+    case ReduceOp::Max:
+      visit(Binary<Fmt, Max>{});
+      return true;
+    default:
+      return false;  // bitwise ops on floats
   }
 }
 
@@ -291,16 +324,26 @@ STRAGG_HOST_INLINE bool visit_binary_16(ReduceOp op, Visit& visit) {
 template <class Visit>
 STRAGG_HOST_INLINE bool visit_binary(DType t, ReduceOp op, Visit&& visit) {
   switch (t) {
-    case DType::Float32: return visit_binary_plain<float>(op, visit);
-    case DType::Float64: return visit_binary_plain<double>(op, visit);
-    case DType::Float16: return visit_binary_16<Float16Format>(op, visit);
-    case DType::BFloat16: return visit_binary_16<BFloat16Format>(op, visit);
-    case DType::Int8: return visit_binary_plain<int8_t>(op, visit);
-    case DType::UInt8: return visit_binary_plain<uint8_t>(op, visit);
-    case DType::Int16: return visit_binary_plain<int16_t>(op, visit);
-    case DType::Int32: return visit_binary_plain<int32_t>(op, visit);
-    case DType::Int64: return visit_binary_plain<int64_t>(op, visit);
-    case DType::Bool: return visit_binary_bool(op, visit);
+    case DType::Float32:
+      return visit_binary_plain<float>(op, visit);
+    case DType::Float64:
+      return visit_binary_plain<double>(op, visit);
+    case DType::Float16:
+      return visit_binary_16<Float16Format>(op, visit);
+    case DType::BFloat16:
+      return visit_binary_16<BFloat16Format>(op, visit);
+    case DType::Int8:
+      return visit_binary_plain<int8_t>(op, visit);
+    case DType::UInt8:
+      return visit_binary_plain<uint8_t>(op, visit);
+    case DType::Int16:
+      return visit_binary_plain<int16_t>(op, visit);
+    case DType::Int32:
+      return visit_binary_plain<int32_t>(op, visit);
+    case DType::Int64:
+      return visit_binary_plain<int64_t>(op, visit);
+    case DType::Bool:
+      return visit_binary_bool(op, visit);
   }
   return false;
 }
@@ -310,11 +353,20 @@ template <class Visit>
 STRAGG_HOST_INLINE bool visit_scale(DType t, double factor, Visit&& visit) {
   const float f = static_cast<float>(factor);
   switch (t) {
-    case DType::Float32: visit(Unary<PlainFormat<float>, Scale<float>>{{f}}); return true;
-    case DType::Float64: visit(Unary<PlainFormat<double>, Scale<double>>{{factor}}); return true;
-    case DType::Float16: visit(Unary<Float16Format, Scale<float>>{{f}}); return true;
-    case DType::BFloat16: visit(Unary<BFloat16Format, Scale<float>>{{f}}); return true;
-    default: return false;
+    case DType::Float32:
+      visit(Unary<PlainFormat<float>, Scale<float>>{{f}});
+      return true;
+    case DType::Float64:
+      visit(Unary<PlainFormat<double>, Scale<double>>{{factor}});
+      return true;
+    case DType::Float16:
+      visit(Unary<Float16Format, Scale<float>>{{f}});
+      return true;
+    case DType::BFloat16:
+      visit(Unary<BFloat16Format, Scale<float>>{{f}});
+      return true;
+    default:
+      return false;
   }
 }
 
@@ -328,18 +380,35 @@ template <class Visit>
 STRAGG_HOST_INLINE bool visit_divide(DType t, int64_t divisor, Visit&& visit) {
   const float fd = static_cast<float>(divisor);
   switch (t) {
-    case DType::Float32: visit(Unary<PlainFormat<float>, Divide<float>>{{fd}}); return true;
+    case DType::Float32:
+      visit(Unary<PlainFormat<float>, Divide<float>>{{fd}});
+      return true;
     case DType::Float64:
       visit(Unary<PlainFormat<double>, Divide<double>>{{static_cast<double>(divisor)}});
       return true;
-    case DType::Float16: visit(Unary<Float16Format, Divide<float>>{{fd}}); return true;
-    case DType::BFloat16: visit(Unary<BFloat16Format, Divide<float>>{{fd}}); return true;
-    case DType::Int8: visit_int_divide<int8_t>(divisor, visit); return true;
-    case DType::UInt8: visit_int_divide<uint8_t>(divisor, visit); return true;
-    case DType::Int16: visit_int_divide<int16_t>(divisor, visit); return true;
-    case DType::Int32: visit_int_divide<int32_t>(divisor, visit); return true;
-    case DType::Int64: visit_int_divide<int64_t>(divisor, visit); return true;
-    case DType::Bool: return false;
+    case DType::Float16:
+      visit(Unary<Float16Format, Divide<float>>{{fd}});
+      return true;
+    case DType::BFloat16:
+      visit(Unary<BFloat16Format, Divide<float>>{{fd}});
+      return true;
+    case DType::Int8:
+      visit_int_divide<int8_t>(divisor, visit);
+      return true;
+    case DType::UInt8:
+      visit_int_divide<uint8_t>(divisor, visit);
+      return true;
+    case DType::Int16:
+      visit_int_divide<int16_t>(divisor, visit);
+      return true;
+    case DType::Int32:
+      visit_int_divide<int32_t>(divisor, visit);
+      return true;
+    case DType::Int64:
+      visit_int_divide<int64_t>(divisor, visit);
+      return true;
+    case DType::Bool:
+      return false;
   }
   return false;
 }

@@ -148,15 +148,16 @@ void HostDevice::record(Event e, Stream s) {
     std::lock_guard<std::mutex> lock(ev->mu);
     gen = ++ev->recorded;
   }
-  push(stream_of(s),
-       [ev, gen] {
-         {
-           std::lock_guard<std::mutex> lock(ev->mu);
-           ev->completed = std::max(ev->completed, gen);
-         }
-         ev->cv.notify_all();
-       },
-       /*always=*/false);
+  push(
+      stream_of(s),
+      [ev, gen] {
+        {
+          std::lock_guard<std::mutex> lock(ev->mu);
+          ev->completed = std::max(ev->completed, gen);
+        }
+        ev->cv.notify_all();
+      },
+      /*always=*/false);
 }
 
 void HostDevice::wait_event(Stream s, Event e) {
@@ -167,14 +168,15 @@ void HostDevice::wait_event(Stream s, Event e) {
     target = ev->recorded;
   }
   if (target == 0) return;  // never recorded: nothing to wait for
-  push(stream_of(s),
-       [this, ev, target] {
-         std::unique_lock<std::mutex> lock(ev->mu);
-         while (ev->completed < target && !stopping_.load()) {
-           ev->cv.wait_for(lock, std::chrono::milliseconds(10));
-         }
-       },
-       /*always=*/false);
+  push(
+      stream_of(s),
+      [this, ev, target] {
+        std::unique_lock<std::mutex> lock(ev->mu);
+        while (ev->completed < target && !stopping_.load()) {
+          ev->cv.wait_for(lock, std::chrono::milliseconds(10));
+        }
+      },
+      /*always=*/false);
 }
 
 void HostDevice::throw_if_faulted() {

@@ -54,8 +54,7 @@ void reduce(DType t, ReduceOp op, void* out, const void* a, const void* b, size_
   ops::visit_binary(t, op, RunBinary{out, a, b, count, grid});
 }
 
-void reduce_into(DType t, ReduceOp op, void* dst, const void* src, size_t count,
-                 VirtualGrid grid) {
+void reduce_into(DType t, ReduceOp op, void* dst, const void* src, size_t count, VirtualGrid grid) {
   reduce(t, op, dst, dst, src, count, grid);
 }
 

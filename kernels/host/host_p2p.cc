@@ -53,8 +53,7 @@ HostP2P::HostP2P(HostP2PGroup& group, int rank, HostDevice& device,
   };
   if (!group.cv_.wait_for(lock, timeout, all_joined)) {
     std::ostringstream m;
-    m << where() << ": setup timed out after " << timeout.count() / 1000.0
-      << " s waiting for rank";
+    m << where() << ": setup timed out after " << timeout.count() / 1000.0 << " s waiting for rank";
     for (int q = 0; q < size_; ++q)
       if (!group.members_[q].joined) m << " " << q;
     me.gone.store(true);

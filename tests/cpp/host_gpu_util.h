@@ -24,8 +24,7 @@ using namespace std::chrono_literals;
 // The group outlives the devices (declared first): streams may copy into staging until the
 // devices stop them.
 struct HostGroup {
-  explicit HostGroup(int n, size_t slot_bytes = 4096, int slots = 2,
-                     host::VirtualGrid grid = {})
+  explicit HostGroup(int n, size_t slot_bytes = 4096, int slots = 2, host::VirtualGrid grid = {})
       : group(n, slot_bytes, slots) {
     for (int r = 0; r < n; ++r) devices.push_back(std::make_unique<host::HostDevice>(r, grid));
   }

@@ -98,21 +98,22 @@ std::string case_name(const ::testing::TestParamInfo<Case>& info) {
          std::to_string(std::get<2>(info.param)) + (std::get<3>(info.param) ? "_ordered" : "");
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    EveryAlgorithm, HostGpuAllreduce,
-    ::testing::Combine(::testing::Values("auto", "ring", "rhd", "direct", "bcast", "stragglar",
-                                         "optcc"),
-                       ::testing::Values(2, 3, 4), ::testing::Values(size_t{1}, size_t{5003}),
-                       ::testing::Values(false)),
-    case_name);
+INSTANTIATE_TEST_SUITE_P(EveryAlgorithm, HostGpuAllreduce,
+                         ::testing::Combine(::testing::Values("auto", "ring", "rhd", "direct",
+                                                              "bcast", "stragglar", "optcc"),
+                                            ::testing::Values(2, 3, 4),
+                                            ::testing::Values(size_t{1}, size_t{5003}),
+                                            ::testing::Values(false)),
+                         case_name);
 
 // Receives that follow a send (ordered receives) instead of staged ones, and a large buffer
 // (hundreds of staging pieces per message).
-INSTANTIATE_TEST_SUITE_P(
-    OrderedAndLarge, HostGpuAllreduce,
-    ::testing::Values(Case{"stragglar", 4, 5003, true}, Case{"optcc", 3, 5003, true},
-                      Case{"ring", 4, 100003, false}, Case{"stragglar", 4, 100003, false}),
-    case_name);
+INSTANTIATE_TEST_SUITE_P(OrderedAndLarge, HostGpuAllreduce,
+                         ::testing::Values(Case{"stragglar", 4, 5003, true},
+                                           Case{"optcc", 3, 5003, true},
+                                           Case{"ring", 4, 100003, false},
+                                           Case{"stragglar", 4, 100003, false}),
+                         case_name);
 
 // ------------------------------------------------------------------------------------------------
 // Every dtype x op: inputs whose reduction is exact in any order, reference in float64 / int64.
@@ -129,22 +130,33 @@ double float_input(ReduceOp op, int r, size_t i) {
 
 double float_ref(ReduceOp op, double a, double b) {
   switch (op) {
-    case ReduceOp::Sum: return a + b;
-    case ReduceOp::Prod: return a * b;
-    case ReduceOp::Min: return (a < b || (a == b && std::signbit(a))) ? a : b;
-    default: return (a > b || (a == b && !std::signbit(a))) ? a : b;  // Max
+    case ReduceOp::Sum:
+      return a + b;
+    case ReduceOp::Prod:
+      return a * b;
+    case ReduceOp::Min:
+      return (a < b || (a == b && std::signbit(a))) ? a : b;
+    default:
+      return (a > b || (a == b && !std::signbit(a))) ? a : b;  // Max
   }
 }
 
 int64_t int_ref(DType t, ReduceOp op, int64_t a, int64_t b) {
   switch (op) {
-    case ReduceOp::Sum: return static_cast<int64_t>(static_cast<uint64_t>(a) + static_cast<uint64_t>(b));
-    case ReduceOp::Prod: return static_cast<int64_t>(static_cast<uint64_t>(a) * static_cast<uint64_t>(b));
-    case ReduceOp::Min: return std::min(a, b);
-    case ReduceOp::Max: return std::max(a, b);
-    case ReduceOp::BAnd: return a & b;
-    case ReduceOp::BOr: return a | b;
-    case ReduceOp::BXor: return a ^ b;
+    case ReduceOp::Sum:
+      return static_cast<int64_t>(static_cast<uint64_t>(a) + static_cast<uint64_t>(b));
+    case ReduceOp::Prod:
+      return static_cast<int64_t>(static_cast<uint64_t>(a) * static_cast<uint64_t>(b));
+    case ReduceOp::Min:
+      return std::min(a, b);
+    case ReduceOp::Max:
+      return std::max(a, b);
+    case ReduceOp::BAnd:
+      return a & b;
+    case ReduceOp::BOr:
+      return a | b;
+    case ReduceOp::BXor:
+      return a ^ b;
   }
   (void)t;
   return 0;
@@ -152,10 +164,24 @@ int64_t int_ref(DType t, ReduceOp op, int64_t a, int64_t b) {
 
 void store_float(DType t, unsigned char* p, size_t i, double v) {
   switch (t) {
-    case DType::Float32: { const float f = static_cast<float>(v); std::memcpy(p + 4 * i, &f, 4); return; }
-    case DType::Float64: std::memcpy(p + 8 * i, &v, 8); return;
-    case DType::Float16: { const uint16_t h = ops::float_to_half(static_cast<float>(v)); std::memcpy(p + 2 * i, &h, 2); return; }
-    default: { const uint16_t h = ops::float_to_bf16(static_cast<float>(v)); std::memcpy(p + 2 * i, &h, 2); return; }
+    case DType::Float32: {
+      const float f = static_cast<float>(v);
+      std::memcpy(p + 4 * i, &f, 4);
+      return;
+    }
+    case DType::Float64:
+      std::memcpy(p + 8 * i, &v, 8);
+      return;
+    case DType::Float16: {
+      const uint16_t h = ops::float_to_half(static_cast<float>(v));
+      std::memcpy(p + 2 * i, &h, 2);
+      return;
+    }
+    default: {
+      const uint16_t h = ops::float_to_bf16(static_cast<float>(v));
+      std::memcpy(p + 2 * i, &h, 2);
+      return;
+    }
   }
 }
 
@@ -169,7 +195,8 @@ int64_t load_int(DType t, const unsigned char* p, size_t i) {
   const size_t es = dtype_size(t);
   int64_t v = 0;
   std::memcpy(&v, p + i * es, es);
-  const bool is_signed = t == DType::Int8 || t == DType::Int16 || t == DType::Int32 || t == DType::Int64;
+  const bool is_signed =
+      t == DType::Int8 || t == DType::Int16 || t == DType::Int32 || t == DType::Int64;
   if (is_signed && es < 8 && (v >> (8 * es - 1)) & 1) v |= ~((int64_t{1} << (8 * es)) - 1);
   return v;
 }
@@ -192,9 +219,12 @@ void make_case(DType t, ReduceOp op, int n, size_t numel, int r, std::vector<uns
       int acc = val(0) != 0;
       for (int q = 1; q < n; ++q) {
         const int b = val(q) != 0;
-        if (op == ReduceOp::Sum || op == ReduceOp::Max || op == ReduceOp::BOr) acc |= b;
-        else if (op == ReduceOp::BXor) acc ^= b;
-        else acc &= b;
+        if (op == ReduceOp::Sum || op == ReduceOp::Max || op == ReduceOp::BOr)
+          acc |= b;
+        else if (op == ReduceOp::BXor)
+          acc ^= b;
+        else
+          acc &= b;
       }
       in[i] = static_cast<unsigned char>(val(r));
       ref[i] = static_cast<unsigned char>(acc);
@@ -216,8 +246,8 @@ TEST(HostGpuDtypes, EveryDtypeAndOpExactOnEveryRank) {
   const DType dtypes[] = {DType::Float32, DType::Float64, DType::Float16, DType::BFloat16,
                           DType::Int8,    DType::UInt8,   DType::Int16,   DType::Int32,
                           DType::Int64,   DType::Bool};
-  const ReduceOp ops_[] = {ReduceOp::Sum, ReduceOp::Prod, ReduceOp::Min, ReduceOp::Max,
-                           ReduceOp::BAnd, ReduceOp::BOr, ReduceOp::BXor};
+  const ReduceOp ops_[] = {ReduceOp::Sum,  ReduceOp::Prod, ReduceOp::Min, ReduceOp::Max,
+                           ReduceOp::BAnd, ReduceOp::BOr,  ReduceOp::BXor};
   const size_t numel = 517;
   for (const auto& [algo, n] : {std::pair<std::string, int>{"stragglar", 4}, {"rhd", 3}}) {
     PlannerConfig cfg;

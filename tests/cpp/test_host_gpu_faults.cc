@@ -162,7 +162,8 @@ TEST(HostGpuFaults, AbortReachesEveryRank) {
   for (int r = 0; r < n; ++r) {
     EXPECT_TRUE(contains(errors[r], "the process group was aborted earlier")) << errors[r];
     EXPECT_TRUE(contains(errors[r], "test abort")) << errors[r];
-    EXPECT_TRUE(contains(errors[r], "stragg: rank " + std::to_string(r) + ": all_reduce #0 (gpu, host)"))
+    EXPECT_TRUE(
+        contains(errors[r], "stragg: rank " + std::to_string(r) + ": all_reduce #0 (gpu, host)"))
         << errors[r];
   }
 }
@@ -221,9 +222,8 @@ TEST(HostGpuFaults, DeviceErrorFailsTheCallAndAbortsThePeers) {
 // Setup: a rank that never joins makes the others' setup time out naming it.
 TEST(HostGpuFaults, SetupTimesOutNamingTheAbsentRank) {
   HostGroup g(3);
-  const auto errors = run_ranks(2, [&](int r) {
-    host::HostP2P p2p(g.group, r, *g.devices[r], 200ms);
-  });
+  const auto errors =
+      run_ranks(2, [&](int r) { host::HostP2P p2p(g.group, r, *g.devices[r], 200ms); });
   for (int r = 0; r < 2; ++r) {
     EXPECT_TRUE(contains(errors[r], "setup timed out after 0.2 s waiting for rank 2")) << errors[r];
   }
@@ -245,7 +245,8 @@ TEST(HostGpuFaults, InvalidPeersAndKernelArgumentsThrowAtEnqueue) {
     g.devices[0]->reduce_into(DType::Float32, ReduceOp::BXor, x, x + 2, 2, nullptr);
     FAIL() << "BXOR on float32 accepted";
   } catch (const Error& e) {
-    EXPECT_EQ(std::string(e.what()), "stragg: gpu reduce: op BXOR is not supported for dtype float32");
+    EXPECT_EQ(std::string(e.what()),
+              "stragg: gpu reduce: op BXOR is not supported for dtype float32");
   }
 }
 

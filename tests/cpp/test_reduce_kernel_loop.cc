@@ -25,14 +25,12 @@ namespace {
 const DType kDTypes[] = {DType::Float32, DType::Float64, DType::Float16, DType::BFloat16,
                          DType::Int8,    DType::UInt8,   DType::Int16,   DType::Int32,
                          DType::Int64,   DType::Bool};
-const ReduceOp kOps[] = {ReduceOp::Sum, ReduceOp::Prod, ReduceOp::Min, ReduceOp::Max,
-                         ReduceOp::BAnd, ReduceOp::BOr, ReduceOp::BXor};
+const ReduceOp kOps[] = {ReduceOp::Sum,  ReduceOp::Prod, ReduceOp::Min, ReduceOp::Max,
+                         ReduceOp::BAnd, ReduceOp::BOr,  ReduceOp::BXor};
 const size_t kCounts[] = {1, 2, 7, 15, 16, 17, 31, 33, 257, 1001};
 
 // Grids: one thread, a few, one block, and the launch's own size for a small virtual GPU.
-std::vector<host::VirtualGrid> grids() {
-  return {{1, 1}, {1, 3}, {1, 256}, {2, 0}};
-}
+std::vector<host::VirtualGrid> grids() { return {{1, 1}, {1, 3}, {1, 256}, {2, 0}}; }
 
 // Element patterns that matter: random bits (NaN payloads, infinities, subnormals), signed zeros,
 // small integers (exact arithmetic), equal pairs; Bool bytes 0, 1 and a non-canonical 2.
@@ -68,11 +66,28 @@ void fill(DType t, unsigned char* p, size_t n, std::mt19937_64& rng) {
 
 bool is_nan(DType t, const unsigned char* p, size_t i) {
   switch (t) {
-    case DType::Float32: { float f; std::memcpy(&f, p + 4 * i, 4); return f != f; }
-    case DType::Float64: { double d; std::memcpy(&d, p + 8 * i, 8); return d != d; }
-    case DType::Float16: { uint16_t h; std::memcpy(&h, p + 2 * i, 2); return (h & 0x7fff) > 0x7c00; }
-    case DType::BFloat16: { uint16_t h; std::memcpy(&h, p + 2 * i, 2); return (h & 0x7fff) > 0x7f80; }
-    default: return false;
+    case DType::Float32: {
+      float f;
+      std::memcpy(&f, p + 4 * i, 4);
+      return f != f;
+    }
+    case DType::Float64: {
+      double d;
+      std::memcpy(&d, p + 8 * i, 8);
+      return d != d;
+    }
+    case DType::Float16: {
+      uint16_t h;
+      std::memcpy(&h, p + 2 * i, 2);
+      return (h & 0x7fff) > 0x7c00;
+    }
+    case DType::BFloat16: {
+      uint16_t h;
+      std::memcpy(&h, p + 2 * i, 2);
+      return (h & 0x7fff) > 0x7f80;
+    }
+    default:
+      return false;
   }
 }
 
@@ -217,7 +232,8 @@ TEST(KernelLoop, ScaleMatchesCpuBitwise) {
 
 TEST(KernelLoop, DivideMatchesCpuBitwise) {
   std::mt19937_64 rng(5);
-  const int64_t divisors[] = {1, -1, 2, 3, -7, 4, -8, 65536, 65537, int64_t{1} << 33, -(int64_t{1} << 40)};
+  const int64_t divisors[] = {
+      1, -1, 2, 3, -7, 4, -8, 65536, 65537, int64_t{1} << 33, -(int64_t{1} << 40)};
   for (DType t : kDTypes) {
     if (t == DType::Bool) continue;
     const size_t es = dtype_size(t);
@@ -274,7 +290,8 @@ TEST(KernelLoop, ArgumentErrorsNameTheCallOpAndDtype) {
   EXPECT_EQ(error_of([&] { host::divide(DType::Int32, buf, 16, 0); }),
             "stragg: gpu divide (AVG): integer division by zero for dtype int32");
   // Zero elements: nothing to check but the (dtype, op) pair, nothing done.
-  EXPECT_EQ(error_of([&] { host::reduce_into(DType::Int8, ReduceOp::Sum, nullptr, nullptr, 0); }), "");
+  EXPECT_EQ(error_of([&] { host::reduce_into(DType::Int8, ReduceOp::Sum, nullptr, nullptr, 0); }),
+            "");
 }
 
 }  // namespace
