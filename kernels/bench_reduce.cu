@@ -1,11 +1,12 @@
 // Reduction kernel bandwidth vs a device-to-device cudaMemcpyAsync measured in the same run.
 //
-//   bench_reduce [--mib N] [--iters N] [--json]
+//   bench_reduce [--mib N] [--iters N] [--json] [--min-pct P]
 //
 // For each (dtype, op) it times gpu::reduce_into(dst, src) over N MiB per operand (default 256)
 // and reports memory bandwidth: a reduce moves 3 x bytes (read dst, read src, write dst), a copy
 // 2 x bytes (read, write). "% copy" compares the two memory bandwidths: the kernels are memory
-// bound, so ~90-100% means they run at the speed of the memory system.
+// bound, so ~90-100% means they run at the speed of the memory system. With --min-pct P the
+// exit status is 3 when any row is below P% (the roofline check of tests/gpu/README.md).
 #include <cuda_runtime.h>
 
 #include <cstdio>
@@ -49,12 +50,16 @@ int run(int argc, char** argv) {
   size_t mib = 256;
   int iters = 20;
   bool json = false;
+  double min_pct = 0;
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--mib") && i + 1 < argc) mib = std::strtoull(argv[++i], nullptr, 10);
     else if (!std::strcmp(argv[i], "--iters") && i + 1 < argc) iters = std::atoi(argv[++i]);
     else if (!std::strcmp(argv[i], "--json")) json = true;
+    else if (!std::strcmp(argv[i], "--min-pct") && i + 1 < argc) min_pct = std::atof(argv[++i]);
     else {
-      std::fprintf(stderr, "usage: %s [--mib N (>= 64 recommended)] [--iters N] [--json]\n", argv[0]);
+      std::fprintf(stderr,
+                   "usage: %s [--mib N (>= 64 recommended)] [--iters N] [--json] [--min-pct P]\n",
+                   argv[0]);
       return 2;
     }
   }
@@ -129,7 +134,15 @@ int run(int argc, char** argv) {
   CHECK(cudaFree(dst));
   CHECK(cudaFree(src));
   CHECK(cudaStreamDestroy(stream));
-  return 0;
+  int below = 0;
+  for (const Row& r : rows) {
+    if (r.pct < min_pct) {
+      std::fprintf(stderr, "bench_reduce: %s %s at %.1f%% of the copy bandwidth, below %.1f%%\n",
+                   r.dtype.c_str(), r.op.c_str(), r.pct, min_pct);
+      ++below;
+    }
+  }
+  return below ? 3 : 0;
 }
 }  // namespace
 

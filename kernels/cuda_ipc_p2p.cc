@@ -5,44 +5,17 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-#include <algorithm>
-#include <atomic>
 #include <cerrno>
 #include <cstring>
 #include <random>
 #include <sstream>
-#include <thread>
 
 #include "kernels/cuda_check.h"
+#include "kernels/cuda_device.h"
 #include "runtime/error.h"
 
 namespace stragg::gpu {
-
-// Shared-memory segment: this header, then size x size Channel records (sender-major).
-struct CudaIpcP2P::Shared {
-  std::atomic<uint32_t> abort_state;  // 0: none, 1: a reason is being written, 2: reason valid
-  char reason[1020];
-};
-
 namespace {
-
-using Clock = std::chrono::steady_clock;
-
-struct Channel {
-  alignas(64) std::atomic<uint64_t> ready;     // pieces the sender has enqueued
-  alignas(64) std::atomic<uint64_t> consumed;  // pieces the receiver has enqueued to copy out
-};
-
-static_assert(std::atomic<uint64_t>::is_always_lock_free, "counters must be lock-free");
-
-Channel* channels(CudaIpcP2P::Shared* shared) {
-  auto* base = reinterpret_cast<char*>(shared) + ((sizeof(CudaIpcP2P::Shared) + 63) & ~size_t{63});
-  return reinterpret_cast<Channel*>(base);
-}
-
-size_t shared_size(int n) {
-  return ((sizeof(CudaIpcP2P::Shared) + 63) & ~size_t{63}) + sizeof(Channel) * n * n;
-}
 
 std::string to_hex(const void* data, size_t n) {
   static const char* digits = "0123456789abcdef";
@@ -91,333 +64,196 @@ bool pid_dead(int64_t pid) {
 }
 
 // Published by every rank at setup. Fields separated by ';'.
-enum Field { kVersion, kPid, kDevice, kSlotBytes, kSlots, kShmName, kStaging, kReady, kConsumed, kFields };
+enum Field {
+  kVersion,
+  kPid,
+  kDevice,
+  kSlotBytes,
+  kSlots,
+  kShmName,
+  kStaging,
+  kReady,
+  kConsumed,
+  kFields
+};
 
 }  // namespace
 
-std::string CudaIpcP2P::where() const {
-  return "stragg: rank " + std::to_string(rank_) + ": cuda-ipc p2p";
-}
-
 CudaIpcP2P::CudaIpcP2P(Rendezvous& rdv, const std::string& key_prefix, int rank, int size,
                        int device, std::chrono::milliseconds timeout, CudaIpcOptions options)
-    : rank_(rank), size_(size), device_(device), opt_(options) {
-  if (size < 1 || rank < 0 || rank >= size) {
-    throw Error(where() + ": invalid rank " + std::to_string(rank) + " of " + std::to_string(size));
-  }
-  if (opt_.slots < 1 || opt_.slot_bytes == 0) {
-    throw Error(where() + ": need at least one staging slot of at least one byte");
-  }
-  const size_t n = static_cast<size_t>(size);
-  const size_t slots = static_cast<size_t>(opt_.slots);
+    : StagedP2P(cuda_device(), "cuda-ipc", rank, size, device, options.slot_bytes, options.slots) {
   int previous = 0;
   cuda_check(cudaGetDevice(&previous), where() + ": cudaGetDevice");
   std::string shm_name;  // rank 0: the segment it created, until everyone has opened it
   try {
     cuda_check(cudaSetDevice(device), where() + ": cudaSetDevice(" + std::to_string(device) + ")");
-
-    // Rank 0 creates the shared counters; the name travels with its published record.
-    shared_bytes_ = shared_size(size);
-    if (rank == 0) {
-      std::random_device rd;
-      shm_name = "/stragg-cudaipc-" + std::to_string(::getpid()) + "-" + std::to_string(rd());
-      const int fd = ::shm_open(shm_name.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
-      if (fd < 0) throw Error(where() + ": shm_open(" + shm_name + "): " + std::strerror(errno));
-      if (::ftruncate(fd, static_cast<off_t>(shared_bytes_)) != 0) {
-        const int err = errno;
-        ::close(fd);
-        ::shm_unlink(shm_name.c_str());
-        throw Error(where() + ": ftruncate(" + shm_name + "): " + std::strerror(err));
-      }
-      void* p = ::mmap(nullptr, shared_bytes_, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-      ::close(fd);
-      if (p == MAP_FAILED) {
-        ::shm_unlink(shm_name.c_str());
-        throw Error(where() + ": mmap(" + shm_name + "): " + std::strerror(errno));
-      }
-      shared_ = static_cast<Shared*>(p);  // zero-filled by ftruncate
-    }
-
-    // My staging (indexed by sender) and the events I record.
-    cuda_check(cudaMalloc(&staging_, n * slots * opt_.slot_bytes),
-               where() + ": cudaMalloc of " + std::to_string(n * slots * opt_.slot_bytes) +
-                   " staging bytes");
-    cudaIpcMemHandle_t mem_handle;
-    cuda_check(cudaIpcGetMemHandle(&mem_handle, staging_), where() + ": cudaIpcGetMemHandle");
-    ready_mine_.assign(n * slots, nullptr);
-    consumed_mine_.assign(n * slots, nullptr);
-    std::string ready_hex, consumed_hex;
-    for (size_t q = 0; q < n; ++q) {
-      for (size_t s = 0; s < slots; ++s) {
-        cudaIpcEventHandle_t h[2];
-        std::memset(h, 0, sizeof h);
-        if (q != static_cast<size_t>(rank)) {
-          const unsigned flags = cudaEventInterprocess | cudaEventDisableTiming;
-          cuda_check(cudaEventCreateWithFlags(&ready_mine_[q * slots + s], flags),
-                     where() + ": cudaEventCreateWithFlags (interprocess)");
-          cuda_check(cudaEventCreateWithFlags(&consumed_mine_[q * slots + s], flags),
-                     where() + ": cudaEventCreateWithFlags (interprocess)");
-          cuda_check(cudaIpcGetEventHandle(&h[0], ready_mine_[q * slots + s]),
-                     where() + ": cudaIpcGetEventHandle");
-          cuda_check(cudaIpcGetEventHandle(&h[1], consumed_mine_[q * slots + s]),
-                     where() + ": cudaIpcGetEventHandle");
-        }
-        ready_hex += to_hex(&h[0], sizeof h[0]);
-        consumed_hex += to_hex(&h[1], sizeof h[1]);
-      }
-    }
-
-    std::ostringstream mine;
-    mine << "1;" << ::getpid() << ";" << device << ";" << opt_.slot_bytes << ";" << opt_.slots
-         << ";" << shm_name << ";" << to_hex(&mem_handle, sizeof mem_handle) << ";" << ready_hex
-         << ";" << consumed_hex;
-    const auto records = exchange_all(rdv, key_prefix + "/cuda_ipc", rank, size, mine.str(),
-                                      timeout, "cuda-ipc setup");
-
-    pids_.assign(n, 0);
-    peer_staging_.assign(n, nullptr);
-    ready_peer_.assign(n * slots, nullptr);
-    consumed_peer_.assign(n * slots, nullptr);
-    for (size_t q = 0; q < n; ++q) {
-      const auto f = split(records[q], ';');
-      if (f.size() != kFields || f[kVersion] != "1") {
-        throw Error(where() + ": malformed setup record from rank " + std::to_string(q));
-      }
-      pids_[q] = std::stoll(f[kPid]);
-      if (f[kSlotBytes] != std::to_string(opt_.slot_bytes) || f[kSlots] != std::to_string(opt_.slots)) {
-        throw Error(where() + ": staging configuration mismatch with rank " + std::to_string(q) +
-                    ": slots x bytes " + f[kSlots] + " x " + f[kSlotBytes] + " (rank " +
-                    std::to_string(q) + ") vs " + std::to_string(opt_.slots) + " x " +
-                    std::to_string(opt_.slot_bytes) + " (rank " + std::to_string(rank) + ")");
-      }
-      if (q == 0 && rank != 0) {
-        const std::string& name = f[kShmName];
-        const int fd = ::shm_open(name.c_str(), O_RDWR, 0600);
-        if (fd < 0) throw Error(where() + ": shm_open(" + name + ") of rank 0: " + std::strerror(errno));
-        void* p = ::mmap(nullptr, shared_bytes_, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-        ::close(fd);
-        if (p == MAP_FAILED) throw Error(where() + ": mmap(" + name + "): " + std::strerror(errno));
-        shared_ = static_cast<Shared*>(p);
-      }
-      if (q == static_cast<size_t>(rank)) continue;
-      if (pids_[q] == ::getpid()) {
-        throw Error(where() + ": rank " + std::to_string(q) +
-                    " runs in this process; CUDA IPC needs one process per rank");
-      }
-      cudaIpcMemHandle_t peer_mem;
-      if (!from_hex(f[kStaging], 0, &peer_mem, sizeof peer_mem)) {
-        throw Error(where() + ": malformed staging handle from rank " + std::to_string(q));
-      }
-      cuda_check(cudaIpcOpenMemHandle(&peer_staging_[q], peer_mem, cudaIpcMemLazyEnablePeerAccess),
-                 where() + ": cudaIpcOpenMemHandle (staging of rank " + std::to_string(q) +
-                     " on device " + f[kDevice] + ")");
-      for (size_t s = 0; s < slots; ++s) {
-        // Rank q's events for the channels with me: its ready events for q -> me (I wait on them
-        // as receiver), its consumed events for me -> q (I wait on them as sender).
-        const size_t idx = static_cast<size_t>(rank) * slots + s;
-        cudaIpcEventHandle_t h;
-        if (!from_hex(f[kReady], idx * 2 * sizeof h, &h, sizeof h)) {
-          throw Error(where() + ": malformed event handle from rank " + std::to_string(q));
-        }
-        cuda_check(cudaIpcOpenEventHandle(&ready_peer_[q * slots + s], h),
-                   where() + ": cudaIpcOpenEventHandle (rank " + std::to_string(q) + ")");
-        if (!from_hex(f[kConsumed], idx * 2 * sizeof h, &h, sizeof h)) {
-          throw Error(where() + ": malformed event handle from rank " + std::to_string(q));
-        }
-        cuda_check(cudaIpcOpenEventHandle(&consumed_peer_[q * slots + s], h),
-                   where() + ": cudaIpcOpenEventHandle (rank " + std::to_string(q) + ")");
-      }
-    }
-    // Everyone has mapped the shared segment: its name can go (nothing stays in /dev/shm).
-    exchange_all(rdv, key_prefix + "/cuda_ipc_opened", rank, size, "1", timeout, "cuda-ipc setup");
-    if (rank == 0) {
-      ::shm_unlink(shm_name.c_str());
-      shm_name.clear();
-    }
+    setup(rdv, key_prefix, timeout, shm_name);
   } catch (...) {
     if (!shm_name.empty()) ::shm_unlink(shm_name.c_str());  // rank 0, before everyone opened it
     cleanup();
     cudaSetDevice(previous);
     throw;
   }
-  sent_pieces_.assign(n, 0);
-  received_pieces_.assign(n, 0);
   cudaSetDevice(previous);
 }
+
+// Rank 0 creates the shared block; the name travels with its published record.
+void CudaIpcP2P::create_shared(std::string& shm_name) {
+  shared_map_bytes_ = shared_bytes(size_);
+  std::random_device rd;
+  shm_name = "/stragg-cudaipc-" + std::to_string(::getpid()) + "-" + std::to_string(rd());
+  const int fd = ::shm_open(shm_name.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
+  if (fd < 0) throw Error(where() + ": shm_open(" + shm_name + "): " + std::strerror(errno));
+  if (::ftruncate(fd, static_cast<off_t>(shared_map_bytes_)) != 0) {
+    const int err = errno;
+    ::close(fd);
+    const std::string name = shm_name;
+    ::shm_unlink(name.c_str());
+    shm_name.clear();
+    throw Error(where() + ": ftruncate(" + name + "): " + std::strerror(err));
+  }
+  void* p = ::mmap(nullptr, shared_map_bytes_, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  ::close(fd);
+  if (p == MAP_FAILED) throw Error(where() + ": mmap(" + shm_name + "): " + std::strerror(errno));
+  shared_map_ = p;  // zero-filled by ftruncate
+}
+
+void CudaIpcP2P::open_shared(const std::string& name) {
+  shared_map_bytes_ = shared_bytes(size_);
+  const int fd = ::shm_open(name.c_str(), O_RDWR, 0600);
+  if (fd < 0) throw Error(where() + ": shm_open(" + name + ") of rank 0: " + std::strerror(errno));
+  void* p = ::mmap(nullptr, shared_map_bytes_, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  ::close(fd);
+  if (p == MAP_FAILED) throw Error(where() + ": mmap(" + name + "): " + std::strerror(errno));
+  shared_map_ = p;
+}
+
+void CudaIpcP2P::setup(Rendezvous& rdv, const std::string& key_prefix,
+                       std::chrono::milliseconds timeout, std::string& shm_name) {
+  const size_t n = static_cast<size_t>(size_);
+  const size_t slots = static_cast<size_t>(slots_);
+  if (rank_ == 0) create_shared(shm_name);
+
+  // My staging (indexed by sender) and the events I record.
+  void* staging = nullptr;
+  cuda_check(
+      cudaMalloc(&staging, n * slots * slot_bytes_),
+      where() + ": cudaMalloc of " + std::to_string(n * slots * slot_bytes_) + " staging bytes");
+  staging_ = static_cast<uint8_t*>(staging);
+  cudaIpcMemHandle_t mem_handle;
+  cuda_check(cudaIpcGetMemHandle(&mem_handle, staging_), where() + ": cudaIpcGetMemHandle");
+  ready_mine_.assign(n * slots, nullptr);
+  consumed_mine_.assign(n * slots, nullptr);
+  std::string ready_hex, consumed_hex;
+  for (size_t q = 0; q < n; ++q) {
+    for (size_t s = 0; s < slots; ++s) {
+      cudaIpcEventHandle_t h[2];
+      std::memset(h, 0, sizeof h);
+      if (q != static_cast<size_t>(rank_)) {
+        const unsigned flags = cudaEventInterprocess | cudaEventDisableTiming;
+        for (auto* v : {&ready_mine_, &consumed_mine_}) {
+          cuda_check(cudaEventCreateWithFlags(&(*v)[q * slots + s], flags),
+                     where() + ": cudaEventCreateWithFlags (interprocess)");
+        }
+        cuda_check(cudaIpcGetEventHandle(&h[0], ready_mine_[q * slots + s]),
+                   where() + ": cudaIpcGetEventHandle");
+        cuda_check(cudaIpcGetEventHandle(&h[1], consumed_mine_[q * slots + s]),
+                   where() + ": cudaIpcGetEventHandle");
+      }
+      ready_hex += to_hex(&h[0], sizeof h[0]);
+      consumed_hex += to_hex(&h[1], sizeof h[1]);
+    }
+  }
+
+  std::ostringstream mine;
+  mine << "1;" << ::getpid() << ";" << device_ << ";" << slot_bytes_ << ";" << slots_ << ";"
+       << shm_name << ";" << to_hex(&mem_handle, sizeof mem_handle) << ";" << ready_hex << ";"
+       << consumed_hex;
+  const auto records = exchange_all(rdv, key_prefix + "/cuda_ipc", rank_, size_, mine.str(),
+                                    timeout, "cuda-ipc setup");
+  pids_.assign(n, 0);
+  ready_peer_.assign(n * slots, nullptr);
+  consumed_peer_.assign(n * slots, nullptr);
+  for (size_t q = 0; q < n; ++q) open_peer(static_cast<int>(q), split(records[q], ';'));
+  attach_shared(shared_map_);
+  // Everyone has mapped the shared segment: its name can go (nothing stays in /dev/shm).
+  exchange_all(rdv, key_prefix + "/cuda_ipc_opened", rank_, size_, "1", timeout, "cuda-ipc setup");
+  if (rank_ == 0) {
+    ::shm_unlink(shm_name.c_str());
+    shm_name.clear();
+  }
+}
+
+// Rank q's published record: its pid, the shared segment (rank 0), its staging and the events
+// it records for the channels with me.
+void CudaIpcP2P::open_peer(int q, const std::vector<std::string>& f) {
+  const std::string peer = std::to_string(q);
+  const size_t slots = static_cast<size_t>(slots_);
+  if (f.size() != kFields || f[kVersion] != "1") {
+    throw Error(where() + ": malformed setup record from rank " + peer);
+  }
+  pids_[q] = std::stoll(f[kPid]);
+  if (f[kSlotBytes] != std::to_string(slot_bytes_) || f[kSlots] != std::to_string(slots_)) {
+    throw Error(where() + ": staging configuration mismatch with rank " + peer +
+                ": slots x bytes " + f[kSlots] + " x " + f[kSlotBytes] + " (rank " + peer +
+                ") vs " + std::to_string(slots_) + " x " + std::to_string(slot_bytes_) + " (rank " +
+                std::to_string(rank_) + ")");
+  }
+  if (q == 0 && rank_ != 0) open_shared(f[kShmName]);
+  if (q == rank_) return;
+  if (pids_[q] == ::getpid()) {
+    throw Error(where() + ": rank " + peer +
+                " runs in this process; CUDA IPC needs one process per rank");
+  }
+  cudaIpcMemHandle_t peer_mem;
+  if (!from_hex(f[kStaging], 0, &peer_mem, sizeof peer_mem)) {
+    throw Error(where() + ": malformed staging handle from rank " + peer);
+  }
+  void* p = nullptr;
+  cuda_check(cudaIpcOpenMemHandle(&p, peer_mem, cudaIpcMemLazyEnablePeerAccess),
+             where() + ": cudaIpcOpenMemHandle (staging of rank " + peer + " on device " +
+                 f[kDevice] + ")");
+  peer_staging_[q] = static_cast<uint8_t*>(p);
+  for (size_t s = 0; s < slots; ++s) {
+    // Rank q's events for the channels with me: its ready events for q -> me (I wait on them
+    // as receiver), its consumed events for me -> q (I wait on them as sender).
+    const size_t idx = static_cast<size_t>(rank_) * slots + s;
+    for (auto [field, v] :
+         {std::pair{kReady, &ready_peer_}, std::pair{kConsumed, &consumed_peer_}}) {
+      cudaIpcEventHandle_t h;
+      if (!from_hex(f[field], idx * 2 * sizeof h, &h, sizeof h)) {
+        throw Error(where() + ": malformed event handle from rank " + peer);
+      }
+      cuda_check(cudaIpcOpenEventHandle(&(*v)[q * slots + s], h),
+                 where() + ": cudaIpcOpenEventHandle (rank " + peer + ")");
+    }
+  }
+}
+
+bool CudaIpcP2P::peer_gone(int q) { return pid_dead(pids_[q]); }
 
 void CudaIpcP2P::cleanup() noexcept {
   int previous = 0;
   const bool have_previous = cudaGetDevice(&previous) == cudaSuccess;
   cudaSetDevice(device_);
-  for (void* p : peer_staging_) {
+  for (uint8_t* p : peer_staging_) {
     if (p != nullptr) cudaIpcCloseMemHandle(p);
   }
   peer_staging_.clear();
   for (auto* v : {&ready_mine_, &consumed_mine_, &ready_peer_, &consumed_peer_}) {
-    for (cudaEvent_t e : *v) {
+    for (Event e : *v) {
       if (e != nullptr) cudaEventDestroy(e);
     }
     v->clear();
   }
   if (staging_ != nullptr) cudaFree(staging_);
   staging_ = nullptr;
-  if (shared_ != nullptr) ::munmap(shared_, shared_bytes_);
-  shared_ = nullptr;
+  attach_shared(nullptr);
+  if (shared_map_ != nullptr) ::munmap(shared_map_, shared_map_bytes_);
+  shared_map_ = nullptr;
   if (have_previous) cudaSetDevice(previous);
 }
 
 CudaIpcP2P::~CudaIpcP2P() { cleanup(); }
-
-void CudaIpcP2P::group_start() {
-  if (auto reason = async_error()) throw Error(where() + ": aborted: " + *reason);
-  if (in_group_) throw Error(where() + ": group_start inside a group");
-  group_.clear();
-  in_group_ = true;
-}
-
-void CudaIpcP2P::send(const void* buf, size_t bytes, int peer, cudaStream_t stream) {
-  if (!in_group_) throw Error(where() + ": send outside group_start/group_end");
-  if (peer < 0 || peer >= size_ || peer == rank_) {
-    throw Error(where() + ": send to invalid peer " + std::to_string(peer));
-  }
-  group_.push_back(Op{true, peer, static_cast<uint8_t*>(const_cast<void*>(buf)), bytes, 0, stream});
-}
-
-void CudaIpcP2P::recv(void* buf, size_t bytes, int peer, cudaStream_t stream) {
-  if (!in_group_) throw Error(where() + ": recv outside group_start/group_end");
-  if (peer < 0 || peer >= size_ || peer == rank_) {
-    throw Error(where() + ": recv from invalid peer " + std::to_string(peer));
-  }
-  group_.push_back(Op{false, peer, static_cast<uint8_t*>(buf), bytes, 0, stream});
-}
-
-bool CudaIpcP2P::progress(Op& op) {
-  const size_t slots = static_cast<size_t>(opt_.slots);
-  const size_t q = static_cast<size_t>(op.peer);
-  const size_t me = static_cast<size_t>(rank_);
-  const size_t len = std::min(opt_.slot_bytes, op.bytes - op.done);
-  if (op.is_send) {
-    Channel& ch = channels(shared_)[me * size_ + q];
-    const uint64_t k = sent_pieces_[q];
-    const size_t slot = k % slots;
-    if (k >= slots) {
-      if (ch.consumed.load(std::memory_order_acquire) < k - slots + 1) return false;
-      cuda_check(cudaStreamWaitEvent(op.stream, consumed_peer_[q * slots + slot], 0),
-                 where() + ": cudaStreamWaitEvent (slot free at rank " + std::to_string(q) + ")");
-    }
-    auto* dst = static_cast<uint8_t*>(peer_staging_[q]) + (me * slots + slot) * opt_.slot_bytes;
-    cuda_check(cudaMemcpyAsync(dst, op.buf + op.done, len, cudaMemcpyDeviceToDevice, op.stream),
-               where() + ": cudaMemcpyAsync to rank " + std::to_string(q));
-    cuda_check(cudaEventRecord(ready_mine_[q * slots + slot], op.stream),
-               where() + ": cudaEventRecord (ready)");
-    ch.ready.store(k + 1, std::memory_order_release);
-    sent_pieces_[q] = k + 1;
-  } else {
-    Channel& ch = channels(shared_)[q * size_ + me];
-    const uint64_t k = received_pieces_[q];
-    const size_t slot = k % slots;
-    if (ch.ready.load(std::memory_order_acquire) < k + 1) return false;
-    cuda_check(cudaStreamWaitEvent(op.stream, ready_peer_[q * slots + slot], 0),
-               where() + ": cudaStreamWaitEvent (data from rank " + std::to_string(q) + ")");
-    const auto* src = static_cast<const uint8_t*>(staging_) + (q * slots + slot) * opt_.slot_bytes;
-    cuda_check(cudaMemcpyAsync(op.buf + op.done, src, len, cudaMemcpyDeviceToDevice, op.stream),
-               where() + ": cudaMemcpyAsync from staging of rank " + std::to_string(q));
-    cuda_check(cudaEventRecord(consumed_mine_[q * slots + slot], op.stream),
-               where() + ": cudaEventRecord (consumed)");
-    ch.consumed.store(k + 1, std::memory_order_release);
-    received_pieces_[q] = k + 1;
-  }
-  op.done += len;
-  return true;
-}
-
-void CudaIpcP2P::group_end(std::chrono::milliseconds timeout) {
-  if (!in_group_) throw Error(where() + ": group_end without group_start");
-  in_group_ = false;
-  const auto start = Clock::now();
-  const auto deadline = start + timeout;
-  auto last_health_check = start;
-  int idle_rounds = 0;
-  int previous = 0;
-  cuda_check(cudaGetDevice(&previous), where() + ": cudaGetDevice");
-  if (previous != device_) cuda_check(cudaSetDevice(device_), where() + ": cudaSetDevice");
-  try {
-    while (true) {
-      bool moved = false;
-      bool all_done = true;
-      for (size_t i = 0; i < group_.size(); ++i) {
-        Op& op = group_[i];
-        if (op.done == op.bytes) continue;
-        all_done = false;
-        // FIFO per (direction, peer): only the first unfinished op of the pair progresses.
-        bool earlier = false;
-        for (size_t j = 0; j < i && !earlier; ++j) {
-          const Op& o = group_[j];
-          earlier = o.is_send == op.is_send && o.peer == op.peer && o.done != o.bytes;
-        }
-        if (!earlier) moved |= progress(op);
-      }
-      if (all_done) break;
-      if (moved) {
-        idle_rounds = 0;
-        continue;
-      }
-      if (auto reason = async_error()) throw Error(where() + ": aborted: " + *reason);
-      const auto now = Clock::now();
-      if (now - last_health_check >= std::chrono::milliseconds(100)) {
-        last_health_check = now;
-        for (const Op& op : group_) {
-          if (op.done != op.bytes && pid_dead(pids_[op.peer])) {
-            throw TimeoutError(where() + ": rank " + std::to_string(op.peer) +
-                               " has died (process gone)");
-          }
-        }
-      }
-      if (now >= deadline) {
-        std::ostringstream m;
-        m << where() << ": timed out after " << timeout.count() / 1000.0 << " s waiting for rank";
-        for (const Op& op : group_) {
-          if (op.done != op.bytes) m << " " << op.peer << (op.is_send ? " (send)" : " (recv)");
-        }
-        throw TimeoutError(m.str());
-      }
-      // Peers answer within microseconds when they are in their own group_end: spin, then yield,
-      // then sleep briefly.
-      ++idle_rounds;
-      if (idle_rounds > 2000) {
-        std::this_thread::sleep_for(std::chrono::microseconds(50));
-      } else if (idle_rounds > 200) {
-        std::this_thread::yield();
-      }
-    }
-  } catch (const Error& e) {
-    abort(e.what());
-    if (previous != device_) cudaSetDevice(previous);
-    throw;
-  }
-  group_.clear();
-  if (previous != device_) cudaSetDevice(previous);
-}
-
-std::optional<std::string> CudaIpcP2P::async_error() {
-  if (shared_ == nullptr) return std::string("cuda-ipc p2p is not set up");
-  if (shared_->abort_state.load(std::memory_order_acquire) == 0) return std::nullopt;
-  // A writer publishes the reason right after taking the flag.
-  for (int i = 0; i < 100000 && shared_->abort_state.load(std::memory_order_acquire) != 2; ++i) {
-    std::this_thread::yield();
-  }
-  if (shared_->abort_state.load(std::memory_order_acquire) != 2) return std::string("aborted");
-  return std::string(shared_->reason, strnlen(shared_->reason, sizeof shared_->reason));
-}
-
-void CudaIpcP2P::abort(const std::string& reason) {
-  if (shared_ == nullptr) return;
-  uint32_t expected = 0;
-  if (!shared_->abort_state.compare_exchange_strong(expected, 1, std::memory_order_acq_rel)) return;
-  const size_t len = std::min(reason.size(), sizeof shared_->reason - 1);
-  std::memcpy(shared_->reason, reason.data(), len);
-  shared_->reason[len] = '\0';
-  shared_->abort_state.store(2, std::memory_order_release);
-}
 
 }  // namespace stragg::gpu

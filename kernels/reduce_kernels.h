@@ -1,20 +1,20 @@
 // Element-wise reduction kernels on CUDA device memory (torch-free).
 //
-// Same semantics as the CPU kernels in csrc/runtime/reduce.h (same DType / ReduceOp enums):
-//  * every element is one IEEE operation in the compute type (float32 for Float16/BFloat16, which
-//    are widened exactly and rounded back to nearest-even; no FMA contraction, no flush-to-zero),
-//    so non-NaN results are bitwise identical to the CPU path;
-//  * MIN/MAX propagate a NaN operand (a first, then b) and order signed zeros (min(-0,+0) = -0,
-//    max(-0,+0) = +0), so the result never depends on operand order; a NaN selected by MIN/MAX is
-//    returned with the same bits as on the CPU (16-bit floats: quieted, payload kept);
-//  * NaNs produced by SUM/PROD/scale/divide are NaN but their payload is the GPU's (canonical
-//    NaN), not necessarily the CPU's (which is ISA-dependent there too);
-//  * integer SUM/PROD wrap; Bool: SUM/MAX/BOR = OR, PROD/MIN/BAND = AND, BXOR = XOR, results 0/1.
+// The operators are those of csrc/runtime/reduce_ops.h, the CPU reduction's own definitions (same
+// DType / ReduceOp enums), so results are bitwise those of csrc/runtime/reduce.h except for the
+// payload of NaNs that SUM / PROD / scale / divide create (the GPU's canonical NaN; the CPU's is
+// the ISA's): every element is one IEEE operation in the compute type (float32 for float16 /
+// bfloat16, widened exactly and rounded back to nearest-even; no FMA contraction, no
+// flush-to-zero); MIN / MAX propagate a NaN operand (a first, then b) with the CPU's bits and
+// order signed zeros; integer SUM / PROD wrap; Bool: SUM/MAX/BOR = OR, PROD/MIN/BAND = AND,
+// BXOR = XOR, results 0/1.
 //
 // Every function enqueues work on `stream` and returns without waiting for it. Loads and stores
 // are 16 bytes wide when the pointers allow it (same address modulo 16 after a scalar head),
-// with a scalar tail. Unsupported (dtype, op) pairs, partially overlapping buffers and CUDA launch
-// errors throw stragg::Error. Zero-element calls enqueue nothing.
+// with a scalar tail (kernels/reduce_loop.h). Unsupported (dtype, op) pairs, partially
+// overlapping buffers and CUDA launch errors throw stragg::Error. Zero-element calls enqueue
+// nothing. The element loop runs on the host in CI (kernels/host/host_kernels.h); on a GPU these
+// functions have not run yet (tests/gpu/README.md).
 #pragma once
 
 #include <cuda_runtime_api.h>

@@ -22,6 +22,17 @@
 
 #include "runtime/rendezvous.h"
 
+// Skips the test without a GPU, or fails it when STRAGG_TEST_REQUIRE=1 (the GPU machine's run of
+// tests/gpu/run_gpu_checks.sh: a check that silently skipped there would pass without running).
+#define STRAGG_SKIP_WITHOUT_GPU(have_gpu)                                                  \
+  do {                                                                                     \
+    if (!(have_gpu)) {                                                                     \
+      const char* req = std::getenv("STRAGG_TEST_REQUIRE");                                \
+      if (req != nullptr && std::string(req) == "1") FAIL() << "no CUDA device (required)"; \
+      GTEST_SKIP() << "no CUDA device";                                                    \
+    }                                                                                      \
+  } while (0)
+
 namespace stragg::gpu::testing {
 
 // Keys are files in a directory (written to a temporary name, then renamed: readers never see a

@@ -131,7 +131,7 @@ using Case = std::tuple<std::string, int>;
 class CudaIpcAllreduce : public ::testing::TestWithParam<Case> {};
 
 TEST_P(CudaIpcAllreduce, ExactAndBitwiseIdenticalOnOneGpu) {
-  if (device_count_without_init() == 0) GTEST_SKIP() << "no CUDA device";
+  STRAGG_SKIP_WITHOUT_GPU(device_count_without_init() > 0);
   const auto& [algo, n] = GetParam();
   run_case("ipc", algo, n, /*one_gpu=*/true, 100003);  // odd size: uneven chunks, scalar tails
 }
@@ -148,7 +148,7 @@ INSTANTIATE_TEST_SUITE_P(Algorithms, CudaIpcAllreduce,
 // Rank 1 is late beyond rank 0's timeout: rank 0 raises TimeoutError (no hang) and aborts the
 // group; rank 1 then finds the group aborted.
 TEST(CudaIpcFaults, LateRankTimesOutAndAbortPropagates) {
-  if (device_count_without_init() == 0) GTEST_SKIP() << "no CUDA device";
+  STRAGG_SKIP_WITHOUT_GPU(device_count_without_init() > 0);
   const std::string dir = make_temp_dir();
   const size_t numel = 1 << 16;
   const std::string failures = fork_ranks(2, [&](int rank) {

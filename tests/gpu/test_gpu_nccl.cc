@@ -19,10 +19,7 @@ namespace {
 using namespace std::chrono_literals;
 using stragg::testing::InMemoryRendezvous;
 
-#define SKIP_WITHOUT_GPU()                                                 \
-  do {                                                                     \
-    if (testing::device_count() == 0) GTEST_SKIP() << "no CUDA device";    \
-  } while (0)
+#define SKIP_WITHOUT_GPU() STRAGG_SKIP_WITHOUT_GPU(testing::device_count() > 0)
 
 TEST(NcclP2P, SetupTimesOutWithoutRankZero) {
   // Rank 1 of 2 waits for an id nobody publishes: TimeoutError naming rank 0, no CUDA needed.

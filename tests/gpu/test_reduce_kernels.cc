@@ -20,10 +20,7 @@ namespace {
 
 using testing::device_count;
 
-#define SKIP_WITHOUT_GPU()                                              \
-  do {                                                                  \
-    if (device_count() == 0) GTEST_SKIP() << "no CUDA device";          \
-  } while (0)
+#define SKIP_WITHOUT_GPU() STRAGG_SKIP_WITHOUT_GPU(device_count() > 0)
 
 const DType kDTypes[] = {DType::Float32, DType::Float64, DType::Float16, DType::BFloat16,
                          DType::Int8,    DType::UInt8,   DType::Int16,   DType::Int32,
