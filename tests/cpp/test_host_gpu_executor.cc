@@ -47,9 +47,9 @@ std::vector<unsigned char> allreduce_on_rank(HostGroup& g, const Planner& planne
     spec.dtype = t;
     spec.op = op;
     spec.numel = numel;
-    const PlanChoice choice = planner.choose(bytes, planner.straggler());
+    const PlanChoice choice = planner.choose(bytes, planner.straggler().rank);
     const GpuCompletion done =
-        ex.run(planner.plan(r, choice, numel, dtype_size(t), ordered), spec, buf, caller, 20s);
+        ex.run(*planner.plan(r, choice, numel, dtype_size(t), ordered), spec, buf, caller, 20s);
     done.stream_wait(caller);  // Work::wait(): the caller's stream waits
     ex.wait(done, spec, 20s);  // synchronize(): the host waits
     dev.enqueue(caller, [&] { std::memcpy(out.data(), buf, bytes); });  // "D2H"
@@ -70,8 +70,8 @@ TEST_P(HostGpuAllreduce, ExactAgainstFloat64AndIdenticalOnEveryRank) {
   const auto& [algo, n, numel, ordered] = GetParam();
   HostGroup g(n, /*slot_bytes=*/4096, /*slots=*/2);  // messages go in many pieces
   PlannerConfig cfg;
-  cfg.algo = algo;
-  cfg.straggler = n > 2 ? 1 : -1;  // not the generators' canonical n-1
+  cfg.algo = *algorithm_from_name(algo);
+  cfg.straggler = n > 2 ? Straggler::of_rank(1) : Straggler::none();  // not the generators' canonical n-1
   cfg.max_staging_bytes = 4096;    // forces segmentation where staging is needed
   Planner planner(n, cfg);
   std::vector<std::vector<unsigned char>> out(n);
@@ -251,8 +251,8 @@ TEST(HostGpuDtypes, EveryDtypeAndOpExactOnEveryRank) {
   const size_t numel = 517;
   for (const auto& [algo, n] : {std::pair<std::string, int>{"stragglar", 4}, {"rhd", 3}}) {
     PlannerConfig cfg;
-    cfg.algo = algo;
-    cfg.straggler = n > 2 ? 2 : -1;
+    cfg.algo = *algorithm_from_name(algo);
+    cfg.straggler = n > 2 ? Straggler::of_rank(2) : Straggler::none();
     Planner planner(n, cfg);
     for (DType t : dtypes) {
       for (ReduceOp op : ops_) {
@@ -293,7 +293,7 @@ TEST(HostGpuDtypes, PremulSumThenAverage) {
     CollectiveSpec spec;
     spec.numel = numel;
     dev.scale(DType::Float32, buf, numel, 0.5, s);
-    ex.run(planner.plan(r, planner.choose(numel * 4, kNoStraggler), numel, 4), spec, buf, s, 10s);
+    ex.run(*planner.plan(r, planner.choose(numel * 4, -1), numel, 4), spec, buf, s, 10s);
     dev.divide(DType::Float32, buf, numel, n, s);
     dev.enqueue(s, [&, buf] { std::memcpy(out[r].data(), buf, numel * 4); });
     dev.synchronize(s);
@@ -320,7 +320,7 @@ TEST(HostGpuScratch, ReduceStagedAndFollowsSendPaths) {
   const auto errors = run_ranks(2, [&](int r) {
     const int p = 1 - r;
     RankPlan plan;
-    plan.algo = Algo::Schedule;
+    plan.tag = plan_tag(Algorithm::Ring);
     PlanStep s0, s1, s2;
     s0.id = 0;
     s0.sends.push_back(PlanOp{p, 0, h, false, false, -1});

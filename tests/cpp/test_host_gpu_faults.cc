@@ -22,11 +22,7 @@ using testing::Latch;
 using testing::run_ranks;
 using namespace std::chrono_literals;
 
-RankPlan ring_plan(int n, int r, size_t numel) {
-  PlannerConfig cfg;
-  cfg.algo = "ring";
-  return Planner(n, cfg).plan(r, PlanChoice{"ring", kNoStraggler}, numel, sizeof(float));
-}
+RankPlan ring_plan(int n, int r, size_t numel) { return *ring_allreduce_plan(r, n, numel); }
 
 CollectiveSpec spec_of(size_t numel, uint64_t seq = 0) {
   CollectiveSpec spec;
