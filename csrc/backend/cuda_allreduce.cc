@@ -40,7 +40,7 @@
 #endif
 #include "runtime/dtype.h"
 #include "runtime/error.h"
-#include "session/serial_worker.h"
+#include "session/session.h"
 
 namespace stragg {
 namespace {
@@ -253,11 +253,13 @@ struct InFlight {
 }  // namespace
 
 struct CudaAllreduce::Impl {
-  Impl(const c10::intrusive_ptr<c10d::Store>& base, int rank_, int size_, CudaAllreduceConfig c)
+  Impl(const c10::intrusive_ptr<c10d::Store>& base, int rank_, int size_, CudaAllreduceConfig c,
+       Session& session_)
       : store(c10::make_intrusive<c10d::PrefixStore>("cuda/", base)),
         rank(rank_),
         size(size_),
-        cfg(std::move(c)) {}
+        cfg(std::move(c)),
+        session(session_) {}
 
   std::string prefix() const { return "stragg: rank " + std::to_string(rank); }
   std::string where(uint64_t seq) const {
@@ -267,8 +269,8 @@ struct CudaAllreduce::Impl {
   }
 
   void ensure_setup(int dev);  // caller thread, under call_mu
-  SerialWorker::Job job_for(std::shared_ptr<Task> task);
-  void run_task(Task& task);
+  ExternalCall call_for(std::shared_ptr<Task> task);
+  void run_task(Task& task, const PlanChoice* choice);
   void task_finished(Task& task, std::exception_ptr error);
   void poller_loop();
   void fail_in_flight(const std::string& msg);
@@ -278,6 +280,9 @@ struct CudaAllreduce::Impl {
   const int rank;
   const int size;
   const CudaAllreduceConfig cfg;
+  // The group's session: its worker runs the CUDA calls in issue order with the CPU ones, after
+  // exchanging their headers on the CPU transport (mismatches raise), with the planner's choice.
+  Session& session;
 
   // Set up once by the first call (under call_mu); read-only afterwards.
   std::mutex call_mu;  // serialises allreduce(): setup, sequence numbers, queue order
@@ -292,8 +297,6 @@ struct CudaAllreduce::Impl {
   std::unique_ptr<Planner> planner;
   uint64_t next_seq = 0;
 
-  // The worker both all_reduce paths share (session/serial_worker.h); started by the setup.
-  std::unique_ptr<SerialWorker> worker;
   std::atomic<bool> stopping{false};
 
   // Calls enqueued on the GPU, oldest first (they complete in this order).
@@ -340,7 +343,6 @@ void CudaAllreduce::Impl::ensure_setup(int dev) {
     device = dev;
     p2p_name = p2p->name();
     p2p_ptr.store(p2p.get());
-    worker = std::make_unique<SerialWorker>();
     poller = std::thread([this] { poller_loop(); });
   } catch (const c10::Error& e) {
     setup_error = dist_error(prefix() + ": setting up CUDA all_reduce on cuda:" +
@@ -358,19 +360,19 @@ void CudaAllreduce::Impl::ensure_setup(int dev) {
   }
 }
 
-SerialWorker::Job CudaAllreduce::Impl::job_for(std::shared_ptr<Task> task) {
-  SerialWorker::Job job;
-  job.run = [this, task] {
+ExternalCall CudaAllreduce::Impl::call_for(std::shared_ptr<Task> task) {
+  ExternalCall call;
+  call.numel = static_cast<size_t>(task->buffer.numel());
+  call.dtype = task->dtype;
+  call.op = task->op.op;
+  call.timeout = task->timeout;
+  call.run = [this, task](const PlanChoice* choice, uint64_t) {
     (void)cudaSetDevice(device);  // the worker's CUDA calls and torch ops run on the group's device
     c10::AutoGradMode no_grad(false);  // the copy back of a leaf that requires grad is no autograd op
-    run_task(*task);
+    run_task(*task, choice);
   };
-  job.finish = [this, task](std::exception_ptr error) { task_finished(*task, error); };
-  job.cancel = [this, task](const std::string& why) {
-    failed.fetch_add(1);
-    task->work->mark_failed(dist_error(task->work->where() + ": did not run: " + why));
-  };
-  return job;
+  call.done = [this, task](std::exception_ptr error) { task_finished(*task, error); };
+  return call;
 }
 
 void CudaAllreduce::Impl::task_finished(Task& task, std::exception_ptr error) {
@@ -391,7 +393,7 @@ void CudaAllreduce::Impl::task_finished(Task& task, std::exception_ptr error) {
   fl_cv.notify_all();
 }
 
-void CudaAllreduce::Impl::run_task(Task& task) {
+void CudaAllreduce::Impl::run_task(Task& task, const PlanChoice* chosen) {
   const cudaStream_t stream = exec->stream();
   auto check = [&](cudaError_t rc, const char* what) {
     if (rc != cudaSuccess) throw Error(task.work->where() + ": " + what + ": " + cuda_message(rc));
@@ -410,10 +412,10 @@ void CudaAllreduce::Impl::run_task(Task& task) {
       spec.op = task.op.op;
       spec.numel = numel;
       const size_t elem = dtype_size(task.dtype);
-      // The straggler is known in advance only when configured: the dynamic one (agreed per
-      // call on the CPU transport's arrival board) and the CPU profiler's (decided on the CPU
-      // worker, not in GPU issue order) are not available here.
-      const PlanChoice choice = planner->choose(numel * elem, planner->straggler().rank);
+      // The session's choice (same planner state on every rank: the call runs in the session's
+      // issue order); without a CPU transport, the configured straggler only.
+      const PlanChoice choice =
+          chosen != nullptr ? *chosen : planner->choose(numel * elem, planner->straggler().rank);
       exec->run(*planner->plan(rank, choice, numel, elem, /*ordered_recvs=*/false), spec, data,
                 stream, task.timeout);
     }
@@ -438,8 +440,9 @@ void CudaAllreduce::Impl::fail_in_flight(const std::string& msg) {
     victims.swap(in_flight);
   }
   for (auto& f : victims) {
-    // A call whose event already fired did complete.
-    if (cudaEventQuery(f.work->done_event()) == cudaSuccess) {
+    // A call whose event fired completed, unless the group was aborted: an aborted NCCL kernel
+    // can exit without having moved the data.
+    if (cudaEventQuery(f.work->done_event()) == cudaSuccess && !p2p->async_error()) {
       f.work->mark_done();
     } else if (f.work->mark_failed(dist_error(f.work->where() + ": " + msg))) {
       failed.fetch_add(1);
@@ -461,7 +464,7 @@ void CudaAllreduce::Impl::poller_loop() {
       drain = drain_deadline;
     }
     const cudaError_t rc = cudaEventQuery(front.work->done_event());
-    if (rc == cudaSuccess) {
+    if (rc == cudaSuccess && !p2p->async_error()) {
       {
         std::lock_guard<std::mutex> lock(fl_mu);
         if (!in_flight.empty() && in_flight.front().work == front.work) in_flight.pop_front();
@@ -471,10 +474,10 @@ void CudaAllreduce::Impl::poller_loop() {
       continue;
     }
     std::optional<std::string> reason;
-    if (rc != cudaErrorNotReady) {
-      reason = "cudaEventQuery: " + cuda_message(rc);
-    } else if (auto err = p2p->async_error()) {
+    if (auto err = p2p->async_error()) {
       reason = "the process group was aborted: " + *err;
+    } else if (rc != cudaErrorNotReady) {
+      reason = "cudaEventQuery: " + cuda_message(rc);
     } else {
       const auto now = Clock::now();
       if (now >= front.deadline) {
@@ -498,12 +501,10 @@ void CudaAllreduce::Impl::poller_loop() {
 }
 
 void CudaAllreduce::Impl::stop(const std::string& why, bool abort_p2p) {
+  // The session's worker (stopped by the backend before this) has run or cancelled every call.
   stopping.store(true);
   gpu::GpuP2P* p = p2p_ptr.load();
-  if (p != nullptr && (abort_p2p || (worker && worker->busy()))) {
-    p->abort(prefix() + ": " + why + (abort_p2p ? "" : " while a CUDA all_reduce was running"));
-  }
-  if (worker) worker->stop(/*drain=*/false, why);
+  if (p != nullptr && abort_p2p) p->abort(prefix() + ": " + why);
   {
     std::lock_guard<std::mutex> lock(fl_mu);
     poller_stop = true;
@@ -516,8 +517,8 @@ void CudaAllreduce::Impl::stop(const std::string& why, bool abort_p2p) {
 }
 
 CudaAllreduce::CudaAllreduce(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
-                             CudaAllreduceConfig config)
-    : impl_(std::make_unique<Impl>(store, rank, size, std::move(config))) {}
+                             CudaAllreduceConfig config, Session& session)
+    : impl_(std::make_unique<Impl>(store, rank, size, std::move(config), session)) {}
 
 CudaAllreduce::~CudaAllreduce() {
   Impl& s = *impl_;
@@ -594,9 +595,7 @@ c10::intrusive_ptr<c10d::Work> CudaAllreduce::allreduce(const at::Tensor& t,
   }
   task.work = c10::make_intrusive<CudaWork>(s.rank, dev, s.where(task.seq), t, task.done);
   auto work = task.work;
-  if (!s.worker->submit(s.job_for(std::make_shared<Task>(std::move(task))))) {
-    throw_dist(s.prefix() + ": all_reduce on a process group that was shut down");
-  }
+  rethrow_as_dist_error([&] { s.session.submit_external(s.call_for(std::make_shared<Task>(std::move(task)))); });
   return work;
 }
 

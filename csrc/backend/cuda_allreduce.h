@@ -9,11 +9,14 @@
 //
 // Stream semantics (those of ProcessGroupNCCL):
 //  * allreduce() records an event on the caller's current stream of the tensor's device and
-//    returns at once; a worker thread makes the executor's stream wait for that event, then
-//    enqueues PREMUL_SUM scaling (gpu::scale), the schedule (GpuExecutor::run, planned by
-//    Planner::choose + plan exactly like the CPU path), AVG division (gpu::divide) and the copy
-//    back of a non-contiguous tensor, and records the Work's completion event. Several calls
-//    complete in issue order. The host never waits for the GPU.
+//    returns at once; the call then runs on the group's session worker (csrc/session), in issue
+//    order with the CPU all_reduces: the ranks exchange its header over the CPU transport (a
+//    different numel, dtype or op raises on every rank, naming it), the planner chooses its
+//    schedule with the same state as on every other rank (configured or profiled straggler,
+//    measured links), and the worker makes the executor's stream wait for the caller's event,
+//    then enqueues PREMUL_SUM scaling (gpu::scale), the schedule (GpuExecutor::run), AVG
+//    division (gpu::divide) and the copy back of a non-contiguous tensor, and records the Work's
+//    completion event. The host never waits for the GPU.
 //  * Work::wait() blocks the host only until the worker has enqueued the call (bounded by the
 //    call's timeout), then makes the caller's current stream wait for the completion event
 //    (cudaStreamWaitEvent) and rethrows the call's error, if any. isCompleted() queries the
@@ -21,16 +24,18 @@
 //    in a host callback); its value is the list of output tensors.
 //  * The tensor (and the contiguous working copy) are recorded on the executor stream with
 //    CUDACachingAllocator::recordStream, so freeing them early is safe.
-// Errors (setup failures, timeouts, NCCL / CUDA-IPC failures, a peer's abort) become
-// c10::DistBackendError naming the rank, the op and its sequence number; the p2p layer is then
-// aborted (like NCCL), the call's Work and future carry the error, and later calls raise at
+// Errors (setup failures, timeouts, NCCL / CUDA-IPC failures, a peer's abort, a header mismatch)
+// become c10::DistBackendError naming the rank, the op and its sequence number; the p2p layer is
+// then aborted (like NCCL), the call's Work and future carry the error, and later calls raise at
 // once. A call that does not finish on the GPU within its timeout is failed by the poller, which
-// aborts the p2p layer (ncclCommAbort releases kernels stuck on a dead peer).
+// aborts the p2p layer (ncclCommAbort releases kernels stuck on a dead peer); a call whose
+// completion event fired after the group was aborted fails too (an aborted NCCL kernel may exit
+// without having moved the data).
 //
-// Not supported on this path (they raise or fall back, see cuda_allreduce.cc): the dynamic
-// straggler (STRAGG_STRAGGLER=dynamic runs without a straggler) and the profiled one (the CPU
-// profiler's decision is not agreed in GPU issue order, so "auto" runs without a straggler here);
-// a configured rank works. Mismatched collectives (numel/dtype/op) are not detected on the GPU.
+// Not supported on this path: the dynamic straggler (agreed on CPU arrival times, which say
+// nothing about GPU work: such groups run GPU calls without a straggler). Without a CPU
+// transport (STRAGG_TRANSPORT=gloo) there is no header exchange and only a configured straggler.
+// None of this has run on a GPU yet (tests/gpu/README.md).
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -46,6 +51,7 @@
 #include <string>
 
 #include "plan/planner.h"
+#include "session/session.h"
 
 namespace stragg {
 
@@ -60,9 +66,10 @@ struct CudaAllreduceConfig {
 class CudaAllreduce {
  public:
   // Cheap: nothing is set up until the first call. `store` is the backend's store (a
-  // PrefixStore "cuda/" is put on top of it).
+  // PrefixStore "cuda/" is put on top of it). Calls run on `session`'s worker (which must outlive
+  // this object and be stopped before it).
   CudaAllreduce(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
-                CudaAllreduceConfig config);
+                CudaAllreduceConfig config, Session& session);
   // Fails queued calls, waits (bounded) for calls in flight, then releases the GPU resources.
   ~CudaAllreduce();
   CudaAllreduce(const CudaAllreduce&) = delete;

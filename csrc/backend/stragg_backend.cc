@@ -42,13 +42,18 @@ StraggBackend::StraggBackend(const c10::intrusive_ptr<c10d::Store>& store, int r
     cuda.planner = PlannerConfig::from(session_->settings());
     cuda.same_host = session_->same_host();
     cuda.timeout = timeout;
-    cuda_allreduce_ = std::make_unique<CudaAllreduce>(store, rank, size, cuda);
+    cuda_allreduce_ = std::make_unique<CudaAllreduce>(store, rank, size, cuda, *session_);
   }
 #endif
 }
 
 StraggBackend::~StraggBackend() {
   // Calls still queued run to completion (like Gloo); the session's destructor waits for them.
+  // The CUDA path's calls run on the session's worker: stop it first.
+  if (session_) session_->shutdown("the process group was destroyed");
+#ifdef STRAGG_BACKEND_CUDA
+  cuda_allreduce_.reset();
+#endif
   session_.reset();
 }
 

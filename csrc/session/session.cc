@@ -111,6 +111,51 @@ uint64_t Session::submit(AllreduceCall call) {
   return seq;
 }
 
+uint64_t Session::submit_external(ExternalCall call) {
+  std::lock_guard<std::mutex> lock(submit_mu_);
+  const uint64_t seq = next_seq_;
+  auto shared = std::make_shared<ExternalCall>(std::move(call));
+  SerialWorker::Job job;
+  job.run = [this, shared, seq] { run_external(*shared, seq); };
+  job.finish = [this, shared](std::exception_ptr error) {
+    if (error) failed_calls_.fetch_add(1);
+    shared->done(error);
+  };
+  job.cancel = [this, shared, seq](const std::string& why) {
+    failed_calls_.fetch_add(1);
+    shared->done(std::make_exception_ptr(Error("stragg: rank " + std::to_string(opt_.rank) + ": " +
+                                               shared->name + " #" + std::to_string(seq) +
+                                               " did not run: " + why)));
+  };
+  if (!worker_->submit(std::move(job))) {
+    throw Error("stragg: rank " + std::to_string(opt_.rank) + ": " + shared->name +
+                " on a process group that was " + stop_reason_);
+  }
+  ++next_seq_;
+  return seq;
+}
+
+void Session::run_external(ExternalCall& call, uint64_t seq) {
+  PlanChoice choice;
+  const PlanChoice* chosen = nullptr;
+  if (path_ == AllreducePath::Executor) {
+    // Header exchange: a Ring of zero-byte messages whose headers carry numel, dtype and op; the
+    // receivers check them like any all_reduce's (a mismatch raises on every rank).
+    CollectiveSpec spec = next_spec(call.name, call.dtype, call.numel);
+    spec.op = call.op;
+    executor_->run(*ring_allreduce_plan(opt_.rank, opt_.size, 0), spec, nullptr, call.timeout);
+    // The configured or profiled straggler (the dynamic one is agreed on CPU arrivals, which say
+    // nothing about a GPU call).
+    const int straggler = planner_->profiled() ? profiler_->straggler()
+                          : planner_->dynamic() ? -1
+                                                : planner_->straggler().rank;
+    const double delay = planner_->profiled() ? profiler_->straggler_delay_s() : 0.0;
+    choice = planner_->choose(call.numel * dtype_size(call.dtype), straggler, delay);
+    chosen = &choice;
+  }
+  call.run(chosen, seq);
+}
+
 void Session::run_call(AllreduceCall& call, CallRecord& record) {
   record.algorithm = path_ == AllreducePath::Delegate ? "gloo" : "local";
   record.plan = record.algorithm;

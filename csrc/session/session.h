@@ -69,6 +69,25 @@ struct AllreduceCall {
   std::function<void(std::exception_ptr)> done;
 };
 
+// A call whose data moves elsewhere (the CUDA path: GPU executor over NCCL / CUDA IPC) but
+// that runs in this session's issue order, so it sees the same planner and profiler state on
+// every rank. Before `run`, the ranks exchange the call's header over the CPU transport (when the
+// group has one): a different numel, dtype or op raises on every rank naming the mismatch.
+struct ExternalCall {
+  const char* name = "all_reduce";
+  size_t numel = 0;
+  DType dtype = DType::Float32;
+  ReduceOp op = ReduceOp::Sum;
+  std::chrono::milliseconds timeout{0};
+  // Worker thread: carry the call out (e.g. enqueue it on a GPU stream) with the planner's
+  // choice (nullptr when the group has no CPU transport to agree on: the caller chooses);
+  // `seq` is the call's number on this group (shared with CPU calls).
+  std::function<void(const PlanChoice* choice, uint64_t seq)> run;
+  // Worker thread, exactly once: the error of the header exchange or of `run` (nullptr: none),
+  // or the cancellation error if the session stops first.
+  std::function<void(std::exception_ptr)> done;
+};
+
 class Session {
  public:
   // Collective over the group: setup (throws stragg::Error / TimeoutError / SettingsError naming
@@ -93,6 +112,8 @@ class Session {
   // Queues a call; returns its sequence number (0, 1, ... on this group). Throws stragg::Error
   // if the session was shut down or aborted.
   uint64_t submit(AllreduceCall call);
+  // Queues an external call (see ExternalCall); returns its sequence number.
+  uint64_t submit_external(ExternalCall call);
   // Collective, queued like a call: runs a link probe; done(error) on the worker thread.
   void measure_links(std::function<void(std::exception_ptr)> done);
 
@@ -124,6 +145,7 @@ class Session {
 
  private:
   void run_call(AllreduceCall& call, CallRecord& record);
+  void run_external(ExternalCall& call, uint64_t seq);
   void run_on_executor(AllreduceCall& call, CallRecord& record);
   void finish_call(AllreduceCall& call, CallRecord& record, std::exception_ptr error);
   int call_straggler(const CollectiveSpec& spec, size_t bytes, AllreduceCall& call,

@@ -7,6 +7,7 @@
 #include <cstring>
 #include <future>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -354,6 +355,54 @@ TEST(Session, LinkProbeFillsTheMatrix) {
     session.link_model(&source);
     EXPECT_EQ(source, "measured");
   });
+}
+
+// The CUDA path's calls run in the session's order after a header exchange on the CPU transport.
+TEST(Session, ExternalCallsAreOrderedAndTheirHeadersChecked) {
+  const int n = 3;
+  InMemoryRendezvous rdv;
+  std::vector<std::vector<std::string>> order(n);
+  std::vector<std::string> mismatch(n);
+  run_ranks(n, [&](int r) {
+    Settings s;
+    s.straggler = Straggler::of_rank(1);
+    Session session(rdv, options(r, n, s));
+    std::vector<float> b(64, 1.0f);
+    std::mutex mu;
+    auto cpu = submit(session, b.data(), b.size(), DType::Float32);
+    std::promise<std::exception_ptr> ext;
+    ExternalCall call;
+    call.numel = 1 << 20;
+    call.dtype = DType::Float16;
+    call.timeout = std::chrono::seconds(30);
+    call.run = [&](const PlanChoice* choice, uint64_t seq) {
+      std::lock_guard<std::mutex> lock(mu);
+      ASSERT_NE(choice, nullptr);
+      order[r].push_back("gpu #" + std::to_string(seq) + " " + choice->describe());
+    };
+    call.done = [&ext](std::exception_ptr e) { ext.set_value(e); };
+    session.submit_external(call);
+    EXPECT_EQ(cpu.get(), nullptr);
+    EXPECT_EQ(ext.get_future().get(), nullptr);
+    // A rank that disagrees on the dtype: every rank raises naming it.
+    std::promise<std::exception_ptr> bad;
+    ExternalCall wrong = call;
+    wrong.dtype = r == 2 ? DType::BFloat16 : DType::Float16;
+    wrong.run = [](const PlanChoice*, uint64_t) { ADD_FAILURE() << "ran despite the mismatch"; };
+    wrong.done = [&bad](std::exception_ptr e) { bad.set_value(e); };
+    session.submit_external(wrong);
+    mismatch[r] = message(bad.get_future().get());
+  });
+  for (int r = 0; r < n; ++r) {
+    ASSERT_EQ(order[r].size(), 1u);
+    EXPECT_EQ(order[r][0], "gpu #1 stragglar(1)") << r;  // after the CPU call #0
+    EXPECT_NE(mismatch[r].find("dtype"), std::string::npos) << mismatch[r];
+  }
+  // The rank that sees the mismatch names both dtypes; the others are told of the abort.
+  bool named = false;
+  for (const auto& m : mismatch) named |= m.find("float16") != std::string::npos &&
+                                          m.find("bfloat16") != std::string::npos;
+  EXPECT_TRUE(named) << mismatch[0] << " | " << mismatch[1] << " | " << mismatch[2];
 }
 
 TEST(Session, OneRankRunsLocally) {
