@@ -80,16 +80,33 @@ Straggler Session::straggler() const {
   return planner_ ? planner_->straggler() : opt_.settings.straggler;
 }
 
+// Queues `job` as call number next_seq_ (the caller holds submit_mu_); its cancellation tells
+// `done` why it did not run. Throws if the session no longer takes calls.
+uint64_t Session::enqueue(SerialWorker::Job job, const char* name,
+                          std::function<void(std::exception_ptr)> done) {
+  const uint64_t seq = next_seq_;
+  job.cancel = [this, name, seq, done](const std::string& why) {
+    failed_calls_.fetch_add(1);
+    done(std::make_exception_ptr(Error("stragg: rank " + std::to_string(opt_.rank) + ": " + name +
+                                       " #" + std::to_string(seq) + " did not run: " + why)));
+  };
+  if (!worker_->submit(std::move(job))) {
+    throw Error("stragg: rank " + std::to_string(opt_.rank) + ": " + name +
+                " on a process group that was " + stop_reason_);
+  }
+  ++next_seq_;
+  return seq;
+}
+
 uint64_t Session::submit(AllreduceCall call) {
   std::lock_guard<std::mutex> lock(submit_mu_);
-  const uint64_t seq = next_seq_;
   const auto enqueued = Clock::now();
   auto shared = std::make_shared<AllreduceCall>(std::move(call));
-  SerialWorker::Job job;
   auto record = std::make_shared<CallRecord>();
-  record->seq = seq;
+  record->seq = next_seq_;
   record->numel = static_cast<int64_t>(shared->numel);
   record->bytes = static_cast<int64_t>(shared->numel * dtype_size(shared->dtype));
+  SerialWorker::Job job;
   job.run = [this, shared, record, enqueued] {
     record->queued_s = seconds_since(enqueued);
     run_call(*shared, *record);
@@ -97,53 +114,62 @@ uint64_t Session::submit(AllreduceCall call) {
   job.finish = [this, shared, record](std::exception_ptr error) {
     finish_call(*shared, *record, error);
   };
-  job.cancel = [this, shared, seq](const std::string& why) {
-    failed_calls_.fetch_add(1);
-    shared->done(std::make_exception_ptr(Error("stragg: rank " + std::to_string(opt_.rank) + ": " +
-                                               shared->name + " #" + std::to_string(seq) +
-                                               " did not run: " + why)));
-  };
-  if (!worker_->submit(std::move(job))) {
-    throw Error("stragg: rank " + std::to_string(opt_.rank) + ": " + shared->name +
-                " on a process group that was " + stop_reason_);
-  }
-  ++next_seq_;
-  return seq;
+  return enqueue(std::move(job), shared->name, [shared](std::exception_ptr e) { shared->done(e); });
 }
 
 uint64_t Session::submit_external(ExternalCall call) {
   std::lock_guard<std::mutex> lock(submit_mu_);
-  const uint64_t seq = next_seq_;
   auto shared = std::make_shared<ExternalCall>(std::move(call));
+  const uint64_t seq = next_seq_;
   SerialWorker::Job job;
   job.run = [this, shared, seq] { run_external(*shared, seq); };
   job.finish = [this, shared](std::exception_ptr error) {
     if (error) failed_calls_.fetch_add(1);
     shared->done(error);
   };
-  job.cancel = [this, shared, seq](const std::string& why) {
-    failed_calls_.fetch_add(1);
-    shared->done(std::make_exception_ptr(Error("stragg: rank " + std::to_string(opt_.rank) + ": " +
-                                               shared->name + " #" + std::to_string(seq) +
-                                               " did not run: " + why)));
-  };
-  if (!worker_->submit(std::move(job))) {
-    throw Error("stragg: rank " + std::to_string(opt_.rank) + ": " + shared->name +
-                " on a process group that was " + stop_reason_);
+  return enqueue(std::move(job), shared->name, [shared](std::exception_ptr e) { shared->done(e); });
+}
+
+// Every rank learns every rank's (numel, dtype, op) of the call: an all-gather (a sum of rows,
+// each rank filling its own) over the CPU transport, so a mismatch raises on every rank alike,
+// naming the ranks and values, and aborts the group like any collective mismatch.
+void Session::check_external_header(const ExternalCall& call, uint64_t seq) {
+  const size_t n = static_cast<size_t>(opt_.size), me = static_cast<size_t>(opt_.rank);
+  std::vector<int64_t> rows(n * 3, 0);
+  rows[me * 3] = static_cast<int64_t>(call.numel);
+  rows[me * 3 + 1] = static_cast<int64_t>(call.dtype);
+  rows[me * 3 + 2] = static_cast<int64_t>(call.op);
+  executor_->run(*ring_allreduce_plan(opt_.rank, opt_.size, rows.size()),
+                 next_spec("header exchange", DType::Int64, rows.size()), rows.data(), call.timeout);
+  for (size_t q = 0; q < n; ++q) {
+    const int64_t* a = &rows[std::min(q, me) * 3];
+    const int64_t* b = &rows[std::max(q, me) * 3];
+    std::vector<std::string> diffs;
+    auto field = [&](const char* name, const std::string& x, const std::string& y) {
+      if (x != y) {
+        diffs.push_back(std::string(name) + " " + x + " (rank " + std::to_string(std::min(q, me)) +
+                        ") vs " + y + " (rank " + std::to_string(std::max(q, me)) + ")");
+      }
+    };
+    auto dt = [](int64_t v) { return std::string(dtype_name(static_cast<DType>(v))); };
+    auto op = [](int64_t v) { return std::string(reduce_op_name(static_cast<ReduceOp>(v))); };
+    field("numel", std::to_string(a[0]), std::to_string(b[0]));
+    field("dtype", dt(a[1]), dt(b[1]));
+    field("op", op(a[2]), op(b[2]));
+    if (diffs.empty()) continue;
+    std::string m = "stragg: rank " + std::to_string(me) + ": " + call.name + " #" +
+                    std::to_string(seq) + " (gpu) mismatch with rank " + std::to_string(q) + ": ";
+    for (size_t i = 0; i < diffs.size(); ++i) m += (i ? "; " : "") + diffs[i];
+    transport_->signal_abort(m);
+    throw Error(m);
   }
-  ++next_seq_;
-  return seq;
 }
 
 void Session::run_external(ExternalCall& call, uint64_t seq) {
   PlanChoice choice;
   const PlanChoice* chosen = nullptr;
   if (path_ == AllreducePath::Executor) {
-    // Header exchange: a Ring of zero-byte messages whose headers carry numel, dtype and op; the
-    // receivers check them like any all_reduce's (a mismatch raises on every rank).
-    CollectiveSpec spec = next_spec(call.name, call.dtype, call.numel);
-    spec.op = call.op;
-    executor_->run(*ring_allreduce_plan(opt_.rank, opt_.size, 0), spec, nullptr, call.timeout);
+    check_external_header(call, seq);
     // The configured or profiled straggler (the dynamic one is agreed on CPU arrivals, which say
     // nothing about a GPU call).
     const int straggler = planner_->profiled() ? profiler_->straggler()

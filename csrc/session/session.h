@@ -71,8 +71,8 @@ struct AllreduceCall {
 
 // A call whose data moves elsewhere (the CUDA path: GPU executor over NCCL / CUDA IPC) but
 // that runs in this session's issue order, so it sees the same planner and profiler state on
-// every rank. Before `run`, the ranks exchange the call's header over the CPU transport (when the
-// group has one): a different numel, dtype or op raises on every rank naming the mismatch.
+// every rank. Before `run`, the ranks all-gather the call's header over the CPU transport (when
+// the group has one): a different numel, dtype or op raises on every rank naming the mismatch.
 struct ExternalCall {
   const char* name = "all_reduce";
   size_t numel = 0;
@@ -146,6 +146,9 @@ class Session {
  private:
   void run_call(AllreduceCall& call, CallRecord& record);
   void run_external(ExternalCall& call, uint64_t seq);
+  void check_external_header(const ExternalCall& call, uint64_t seq);
+  uint64_t enqueue(SerialWorker::Job job, const char* name,
+                   std::function<void(std::exception_ptr)> done);
   void run_on_executor(AllreduceCall& call, CallRecord& record);
   void finish_call(AllreduceCall& call, CallRecord& record, std::exception_ptr error);
   int call_straggler(const CollectiveSpec& spec, size_t bytes, AllreduceCall& call,
