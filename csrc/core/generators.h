@@ -30,9 +30,10 @@ Schedule direct_allreduce(int n);
 Schedule direct_reduce_scatter(int n);
 Schedule direct_allgather(int n);
 
-// ---- stragglar.cc: StragglAR (pre-arrival ring reduce-scatter among the n-1 early ranks, then
+// ---- stragglar*.cc: StragglAR (pre-arrival ring reduce-scatter among the n-1 early ranks, then
 // the StragglAR schedule). n-1 chunks. Power-of-2 n: Algorithm 1, exactly n + log2(n) - 2
-// post-arrival rounds. Other n: circulant designs + deadline-driven matching (see stragglar.cc).
+// post-arrival rounds. Other n: circulant designs + deadline-driven matching (see stragglar.cc,
+// which lists the constructions and their files).
 Schedule stragglar(int n, int straggler);
 // Only the post-arrival part (precondition: rank g holds the reduce of all non-stragglers for
 // chunk g, in canonical labelling). Used by tests and the CLI.
