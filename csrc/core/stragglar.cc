@@ -212,7 +212,8 @@ namespace {
 // Non-power-of-2 n up to this size also run the deadline heuristic and keep the better schedule.
 constexpr int kHeuristicMaxN = 64;
 
-Schedule make_schedule(int n, bool with_pre_arrival) {
+// Builds the schedule for n; *construction names what built it (stragglar_construction).
+Schedule make_schedule(int n, bool with_pre_arrival, std::string* construction) {
   if (n < 2) throw ScheduleError("stragglar: needs n >= 2, got " + std::to_string(n));
   Schedule s = Schedule::make("stragglar", Collective::kAllReduce, n, n - 1);
   s.stragglers = {n - 1};
@@ -225,11 +226,18 @@ Schedule make_schedule(int n, bool with_pre_arrival) {
   CirculantDesign design;
   if (detail::is_pow2(n)) {
     append_pow2(s, 1);
+    *construction = "algorithm1";
+  } else if (append_stored(s, 1, construction)) {
+    // A stored schedule: the best of every construction and search, picked offline.
   } else if (load_design(n, design)) {
     Schedule circ = circulant_schedule(s, 1, design);
+    *construction = "circulant_greedy_tail";
     if (n <= kHeuristicMaxN) {
       append_general_best(s, 1);
-      if (circ.num_rounds() < s.num_rounds()) s = std::move(circ);
+      if (circ.num_rounds() < s.num_rounds())
+        s = std::move(circ);
+      else
+        *construction = "matching";
     } else {
       s = std::move(circ);
     }
@@ -237,8 +245,10 @@ Schedule make_schedule(int n, bool with_pre_arrival) {
     // No tail compression here: its trials cost seconds at n ~ 1000 and did not pay off.
     PropagationState ps(n);
     append_circulant(s, 1, design, ps);
+    *construction = "two_chain";
   } else {
     append_general_best(s, 1);
+    *construction = "matching";
   }
   return s;
 }
@@ -262,12 +272,20 @@ bool stragglar_builds_fast(int n) {
                     construct_design(n, design));
 }
 
+std::string stragglar_construction(int n) {
+  std::string name;
+  stragglar_impl::make_schedule(n, false, &name);
+  return name;
+}
+
 Schedule stragglar(int n, int straggler) {
-  return stragglar_impl::labelled(stragglar_impl::make_schedule(n, true), straggler);
+  std::string name;
+  return stragglar_impl::labelled(stragglar_impl::make_schedule(n, true, &name), straggler);
 }
 
 Schedule stragglar_post_arrival(int n, int straggler) {
-  return stragglar_impl::labelled(stragglar_impl::make_schedule(n, false), straggler);
+  std::string name;
+  return stragglar_impl::labelled(stragglar_impl::make_schedule(n, false, &name), straggler);
 }
 
 }  // namespace core

@@ -126,7 +126,18 @@ void append_circulant(Schedule& s, int phase, const CirculantDesign& d, Propagat
 Schedule circulant_schedule(const Schedule& base, int phase, const CirculantDesign& d);
 
 // ---- stragglar_stored.cc: designs found offline (stragglar_designs.inc).
+// The circulant part of the stored entry for n, if it has one.
 bool load_design(int n, CirculantDesign& d);
+// Appends the stored schedule for s.n if its entry has explicit rounds (a tail); sets
+// *construction to the name of what found it. False if there is none.
+bool append_stored(Schedule& s, int phase, std::string* construction);
+// Expands a design in the stored form (see stragglar_stored.cc): circulant receive ages `beta`
+// (one character per position 1 .. n-2, "" for none) for rounds < tail_from, then `tail`, n-1
+// characters per round. Throws ScheduleError naming the round and rank if it is not feasible.
+void expand_design(Schedule& s, int phase, const std::string& beta, int max_age, int tail_from,
+                   const std::string& tail);
+// Stored age characters: '.' -> 0 (none), '1'-'9', 'a'-'z', 'A'-'Z' -> 1 .. 61; else -1.
+int decode_age(char ch);
 
 // ---- stragglar_two_chain.cc: circulant designs constructed at generation time (n >= 8).
 bool construct_design(int n, CirculantDesign& d);
