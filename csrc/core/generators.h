@@ -44,9 +44,10 @@ int stragglar_round_lower_bound(int n);
 // heuristic, a stored design, or a constructed design); otherwise building it may take minutes
 // (the runtime falls back to Ring).
 bool stragglar_builds_fast(int n);
-// Which construction builds stragglar(n, .): "algorithm1" (power-of-2 n), the name stored with
-// an offline design (e.g. "cpsat_circulant_chunks", "appendix_e"), "circulant_greedy_tail",
-// "two_chain" or "matching".
+// Which construction builds stragglar(n, .): "algorithm1" (power-of-2 n), "stored:" and the name
+// of what found a stored schedule offline (e.g. "stored:cpsat_circulant_chunks"; see
+// csrc/core/tools/stragglar_search.py), or one built at generation time: "circulant_greedy_tail",
+// "two_chain", "matching".
 std::string stragglar_construction(int n);
 
 // ---- bcast.cc: straggler-aware Broadcast baseline (StragglAR App. F): ring allreduce among

@@ -16,13 +16,17 @@
 // generator checks the invariants of the proof and throws if one breaks.
 //
 // Other n (even and odd; App. E leaves odd n out), one construction per file:
+//  * stragglar_stored.cc: schedules found offline for n <= 255 (csrc/core/tools/
+//    stragglar_search.py runs every construction below, the paper's App. E heuristic and CP-SAT
+//    models, verifies each and stores the best: the lower bound for every such n, see
+//    docs/schedules.md); generation is a table look-up and expansion;
 //  * stragglar_circulant.cc: circulant designs (translation-invariant spreading of every chunk),
 //    at most the lower bound + 2 rounds, with an optional greedy tail;
-//  * stragglar_stored.cc: designs found offline (csrc/core/tools/stragglar_search.py) for
-//    n <= 255, expanded at generation time;
 //  * stragglar_two_chain.cc: circulant designs constructed at generation time (n > 255);
-//  * stragglar_matching.cc: the deadline-driven matching heuristic (n <= 64, and a fallback).
-// make_schedule keeps the schedule with the fewest rounds among those it builds.
+//  * stragglar_matching.cc: the deadline-driven matching heuristic (n <= 64 without a stored
+//    schedule, and the last resort).
+// make_schedule takes the first that applies: Algorithm 1, a stored schedule, a stored circulant
+// design (with the matching heuristic for n <= 64, the better kept), a constructed one, matching.
 #include <algorithm>
 #include <numeric>
 
@@ -268,7 +272,7 @@ int stragglar_round_lower_bound(int n) { return n - 2 + detail::ceil_log2(n); }
 bool stragglar_builds_fast(int n) {
   using namespace stragglar_impl;
   CirculantDesign design;
-  return n >= 2 && (detail::is_pow2(n) || n <= kHeuristicMaxN || load_design(n, design) ||
+  return n >= 2 && (detail::is_pow2(n) || n <= kHeuristicMaxN || has_stored(n) ||
                     construct_design(n, design));
 }
 

@@ -126,10 +126,12 @@ void append_circulant(Schedule& s, int phase, const CirculantDesign& d, Propagat
 Schedule circulant_schedule(const Schedule& base, int phase, const CirculantDesign& d);
 
 // ---- stragglar_stored.cc: designs found offline (stragglar_designs.inc).
+// True if stragglar_designs.inc has an entry for n.
+bool has_stored(int n);
 // The circulant part of the stored entry for n, if it has one.
 bool load_design(int n, CirculantDesign& d);
 // Appends the stored schedule for s.n if its entry has explicit rounds (a tail); sets
-// *construction to the name of what found it. False if there is none.
+// *construction to "stored:" and the name of what found it. False if there is none.
 bool append_stored(Schedule& s, int phase, std::string* construction);
 // Expands a design in the stored form (see stragglar_stored.cc): circulant receive ages `beta`
 // (one character per position 1 .. n-2, "" for none) for rounds < tail_from, then `tail`, n-1

@@ -99,11 +99,13 @@ bool load_design(int n, CirculantDesign& d) {
   return e && e->beta[0] != '\0' && parse_beta(n, e->beta, e->max_age, d);
 }
 
+bool has_stored(int n) { return find_entry(n) != nullptr; }
+
 bool append_stored(Schedule& s, int phase, std::string* construction) {
   const StragglarDesignEntry* e = find_entry(s.n);
   if (!e || e->tail[0] == '\0') return false;
   expand_design(s, phase, e->beta, e->max_age, e->tail_from, e->tail);
-  if (construction) *construction = e->construction;
+  if (construction) *construction = std::string("stored:") + e->construction;
   return true;
 }
 
