@@ -7,7 +7,8 @@
 // per round, a bipartite matching receivers -> free holders of their chunk (RoundMatcher) finds
 // them, and one always exists because the search checked the per-round, per-chunk sender counts.
 // An entry without a tail is a plain circulant design (the older form; make_schedule then adds a
-// greedy tail and compares with the matching heuristic).
+// greedy tail and compares with the matching heuristic). An entry whose tail starts at round 0
+// uses none of its circulant rounds; it keeps the design for stragglar_circulant.cc's greedy tail.
 #include "core/stragglar_internal.h"
 
 namespace stragg {
@@ -87,7 +88,7 @@ void expand_design(Schedule& s, int phase, const std::string& beta, int max_age,
     if (!parse_beta(n, beta, max_age, d) || !check_design(n - 1, d))
       throw ScheduleError(bad(n, "circulant part is not a design"));
     append_circulant(s, phase, d, ps, tail_from);
-  } else if (tail_from != 0) {
+  } else if (tail_from != 0) {  // nothing before the tail
     throw ScheduleError(bad(n, "no circulant part but tail_from != 0"));
   }
   append_rows(s, phase, ps, tail_from, tail);

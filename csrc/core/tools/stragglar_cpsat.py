@@ -141,23 +141,7 @@ def solve_circulant_tail(n: int, rounds: int, t0: int, max_age: int, time_limit:
     m, sig = n - 1, n - 1
     ages = range(1, max_age + 1)
     model = cp_model.CpModel()
-    # R[d, a]: the rank at offset d from a chunk's birth rank receives it at age a; S[d, a]: sends
-    # it at age a. Offset a at age a is that round's straggler partner (round < m): excluded.
-    R = {(d, a): model.NewBoolVar("") for d in range(1, m) for a in ages if d != a % m}
-    S = {(d, a): model.NewBoolVar("") for d in range(m) for a in ages if d != a % m}
-    for d in range(1, m):
-        model.AddExactlyOne([R[d, a] for a in ages if (d, a) in R])
-    for y, a in enumerate(beta or [], start=1):
-        model.Add(R[(y + a) % m, a] == 1)
-    for y in range(m):  # position y (rank - round) receives / sends at most once per round
-        model.AddAtMostOne([R[k] for a in ages if (k := ((y + a) % m, a)) in R])
-        model.AddAtMostOne([S[k] for a in ages if (k := ((y + a) % m, a)) in S])
-    for a in ages:  # per age: enough senders for the receivers
-        model.Add(sum(v for (d, b), v in S.items() if b == a) >=
-                  sum(v for (d, b), v in R.items() if b == a))
-    for (d, a), v in S.items():  # send only a chunk already held
-        if d != 0:
-            model.Add(v <= sum(R[d, b] for b in range(1, a) if (d, b) in R))
+    R, _ = _circulant_template(model, m, max_age, beta)
     tail = _Tail(model, n, rounds, t0, max(0, t0 - max_age))
 
     def pre(v: int, c: int) -> list:
@@ -181,12 +165,18 @@ def solve_circulant_tail(n: int, rounds: int, t0: int, max_age: int, time_limit:
     solver, status = _solve(model, time_limit, seed, workers)
     if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
         return solver.StatusName(status), None
+    design = Design(n, rounds, "cpsat_circulant", _beta_of(solver, R, m), t0,
+                    _tail_table(solver, tail, n, rounds, t0))
+    return solver.StatusName(status), design
+
+
+def _beta_of(solver, R: dict, m: int) -> list[int]:
+    """Receive age per position 1 .. m-1 of a solved design (position y = offset - age)."""
     beta = [0] * (m - 1)
     for (d, a), var in R.items():
         if solver.Value(var):
             beta[(d - a) % m - 1] = a
-    return solver.StatusName(status), Design(n, rounds, "cpsat_circulant", beta, t0,
-                                             _tail_table(solver, tail, n, rounds, t0))
+    return beta
 
 
 def _circulant_template(model: cp_model.CpModel, m: int, max_age: int,
@@ -253,10 +243,6 @@ def solve_circulant_last_chunks(n: int, rounds: int, free_chunks: int, max_age: 
     solver, status = _solve(model, time_limit, seed, workers)
     if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
         return solver.StatusName(status), None
-    beta_out = [0] * (m - 1)
-    for (d, a), var in R.items():
-        if solver.Value(var):
-            beta_out[(d - a) % m - 1] = a
     # The stored form is "design before tail_from, explicit receives after": list every receive
     # from round first_free + 1 on, design chunks included.
     t0 = first_free + 1
@@ -270,5 +256,6 @@ def solve_circulant_last_chunks(n: int, rounds: int, free_chunks: int, max_age: 
     for (r, v, c), var in tail.x.items():
         if solver.Value(var):
             table[r - t0][v] = c
-    return solver.StatusName(status), Design(n, rounds, "cpsat_circulant_chunks", beta_out, t0,
+    return solver.StatusName(status), Design(n, rounds, "cpsat_circulant_chunks",
+                                             _beta_of(solver, R, m), t0,
                                              table)

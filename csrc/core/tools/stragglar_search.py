@@ -263,12 +263,15 @@ def cmd_emit(args) -> None:
     for key in sorted(db, key=int):
         n, e = int(key), db[key]
         b = best_entry(n, e, appendix_e)
+        cb = e.get("circulant_beta")
         if b is None:
-            if not e.get("circulant_beta"):
+            if not cb:
                 continue
-            beta = "".join(AGE_CHARS[a] for a in e["circulant_beta"])
-            b = {"construction": "circulant_ilp", "max_age": max(e["circulant_beta"]),
-                 "beta": beta, "tail_from": 0, "tail": ""}
+            b = {"construction": "circulant_ilp", "tail_from": 0, "tail": ""}
+        if not b["beta"] and cb:
+            # Keep the circulant design in the table (stragglar_circulant.cc's greedy tail and
+            # the tests use it); with tail_from 0 the expansion uses none of its rounds.
+            b = dict(b, beta="".join(AGE_CHARS[a] for a in cb), max_age=max(cb))
         out.write(f'    {{{n}, "{b["construction"]}", {b["max_age"]}, "{b["beta"]}", '
                   f'{b["tail_from"]},{_literal_rows(b["tail"], n - 1)}}},\n')
     out.write("};\n")
