@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Offline ILP for StragglAR circulant designs (non-power-of-2 n): the receive ages per position.
 
-Model (see csrc/core/stragglar.cc, "circulant designs"): ranks on Z_m, m = n - 1; in round r rank g
+Model (see csrc/core/stragglar_circulant.cc): ranks on Z_m, m = n - 1; in round r rank g
 sits at position y = g - r (mod m), position 0 being the straggler's partner. Every position y != 0
 receives the chunk of age beta(y) (offset d = y + beta(y) from the chunk's birth rank) and sends the
 chunk of age alpha(y). Constraints (a 0/1 ILP, solved with scipy's HiGHS MILP):
@@ -9,7 +9,7 @@ chunk of age alpha(y). Constraints (a 0/1 ILP, solved with scipy's HiGHS MILP):
   * a position may send age a only if offset y + a received at an age < a (offset 0: always);
   * for every age, #senders == #receivers.
 Ages run 1..A with A = ceil(log2 n) + 1 (A = ceil(log2 n) is infeasible for non-power-of-2 n:
-sum_y beta(y) must be a multiple of m). Only beta is stored; stragglar.cc recomputes alpha by a
+sum_y beta(y) must be a multiple of m). Only beta is stored; stragglar_circulant.cc recomputes alpha by a
 b-matching. These designs are each n's `circulant_beta` in stragglar_designs.json, the base of
 stragglar_search.py's CP-SAT model (which frees only the last chunks); that tool writes
 stragglar_designs.inc. Needs scipy (not a build dependency). Usage (prints n and beta per line):
