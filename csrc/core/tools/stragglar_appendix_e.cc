@@ -1,14 +1,14 @@
-// The StragglAR paper's App. E heuristic for non-power-of-2 n, as we read it (offline only; needs
-// LEMON, Debian liblemon-dev). Round r < n-1: rank r and the straggler exchange chunk r (as in every StragglAR
-// schedule). The other ranks (and the straggler from round n-1 on, when it holds everything) form
-// a graph: u -- v with weight 2 if each holds a fully reduced chunk the other lacks, 1 if only one
-// does. A maximum-weight matching (LEMON's MaxWeightedMatching, Edmonds' blossom algorithm; Boost
-// 1.74's maximum_weighted_matching hangs or errs on such dense graphs, boostorg/graph #223, #399)
-// picks the pairs; each side sends the oldest such chunk (earliest fully reduced: the most urgent;
-// the paper does not say which). Randomisation: every edge weight gets a seeded pseudo-random
-// perturbation below what could change the matching's integer weight, so restarts break ties
-// differently; the schedule with the fewest rounds over `restarts` seeds is kept. Deterministic
-// for a given seed.
+// The StragglAR paper's App. E heuristic for non-power-of-2 n, as we read it (offline only;
+// needs LEMON, Debian liblemon-dev). Round r < n-1: rank r and the straggler exchange chunk r (as
+// in every StragglAR schedule). The other ranks (and the straggler from round n-1 on, when it
+// holds everything) form a graph: u -- v with weight 2 if each holds a fully reduced chunk the
+// other lacks, 1 if only one does. A maximum-weight matching (LEMON's MaxWeightedMatching,
+// Edmonds' blossom algorithm; Boost 1.74's maximum_weighted_matching hangs or errs on such dense
+// graphs, boostorg/graph #223, #399) picks the pairs; each side sends the oldest such chunk
+// (earliest fully reduced: the most urgent; the paper does not say which). Randomisation: every
+// edge weight gets a seeded pseudo-random perturbation below what could change the matching's
+// integer weight, so restarts break ties differently; the schedule with the fewest rounds over
+// `restarts` seeds is kept. Deterministic for a given seed.
 #include "stragglar_appendix_e.h"
 
 #include <lemon/list_graph.h>

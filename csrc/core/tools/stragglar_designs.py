@@ -9,9 +9,9 @@ chunk of age alpha(y). Constraints (a 0/1 ILP, solved with scipy's HiGHS MILP):
   * a position may send age a only if offset y + a received at an age < a (offset 0: always);
   * for every age, #senders == #receivers.
 Ages run 1..A with A = ceil(log2 n) + 1 (A = ceil(log2 n) is infeasible for non-power-of-2 n:
-sum_y beta(y) must be a multiple of m). Only beta is stored; stragglar_circulant.cc recomputes alpha by a
-b-matching. These designs are each n's `circulant_beta` in stragglar_designs.json, the base of
-stragglar_search.py's CP-SAT model (which frees only the last chunks); that tool writes
+sum_y beta(y) must be a multiple of m). Only beta is stored; stragglar_circulant.cc recomputes
+alpha by a b-matching. These designs are each n's `circulant_beta` in stragglar_designs.json, the
+base of stragglar_search.py's CP-SAT model (which frees only the last chunks); that tool writes
 stragglar_designs.inc. Needs scipy (not a build dependency). Usage (prints n and beta per line):
   python3 csrc/core/tools/stragglar_designs.py --min-n 5 --max-n 20
 """

@@ -174,7 +174,8 @@ def search_n(n: int, entry: dict, driver: str, budget: float, log) -> dict:
             candidates.append({k: out[k] for k in ("construction", "rounds", "max_age", "beta",
                                                   "tail_from", "tail")})
     best_rounds = min(c["rounds"] for c in candidates)
-    found = cpsat_search(n, best_rounds, entry.get("circulant_beta"), driver, budget, log)
+    base = [AGE_CHARS.index(ch) for ch in entry.get("circulant_beta", "")]
+    found = cpsat_search(n, best_rounds, base or None, driver, budget, log)
     entry["cpsat"] = found["statuses"]
     if found["design"]:
         results["cpsat"] = found["design"]["rounds"]
@@ -191,7 +192,7 @@ def seed_circulant_betas(db: dict) -> None:
     inc = open(os.path.join(HERE, "..", "stragglar_designs.inc")).read()
     for n, A, beta in re.findall(r'\{(\d+), "[a-z_0-9]+", (\d+), "([0-9a-zA-Z]+)"', inc):
         e = db.setdefault(n, {})
-        e.setdefault("circulant_beta", [AGE_CHARS.index(ch) for ch in beta])
+        e.setdefault("circulant_beta", beta)
 
 
 def cmd_search(args) -> None:
@@ -271,7 +272,7 @@ def cmd_emit(args) -> None:
         if not b["beta"] and cb:
             # Keep the circulant design in the table (stragglar_circulant.cc's greedy tail and
             # the tests use it); with tail_from 0 the expansion uses none of its rounds.
-            b = dict(b, beta="".join(AGE_CHARS[a] for a in cb), max_age=max(cb))
+            b = dict(b, beta=cb, max_age=max(AGE_CHARS.index(ch) for ch in cb))
         out.write(f'    {{{n}, "{b["construction"]}", {b["max_age"]}, "{b["beta"]}", '
                   f'{b["tail_from"]},{_literal_rows(b["tail"], n - 1)}}},\n')
     out.write("};\n")
