@@ -1,7 +1,8 @@
 """Benchmark: schedule generation speed (and verification) per algorithm and n.
 
     python benchmarks/schedule_gen.py [--n 8,16,64,256,1024] [--algos stragglar,optcc] [--json]
-        [--even-max 256] [--no-targets] [--no-rows] [--no-even]
+        [--even-max 256] [--odd-max 65] [--no-targets] [--no-rows] [--no-even]
+        [--appendix-e csrc/core/tools/stragglar_appendix_e.json] [--plot docs/schedule_gaps.png]
 
 Prints three tables (or, with --json, one object {"targets", "rows", "even_n", "even_summary"}):
 
@@ -9,8 +10,12 @@ Prints three tables (or, with --json, one object {"targets", "rows", "even_n", "
    n = 1024 (<= 2 s), OptCC n = 1024 with k = 64 segments (<= 10 ms);
 2. per algorithm and n: generation time, rounds, post-arrival rounds, StragglAR's lower bound and
    the verifier's time;
-3. StragglAR for every even n = 4 ... --even-max: rounds (total and post-arrival) against the
-   post-arrival lower bound n - 2 + ceil(log2 n), with the gap.
+3. StragglAR for every even n = 4 ... --even-max and odd n = 3 ... --odd-max: rounds (total and
+   post-arrival) against the post-arrival lower bound n - 2 + ceil(log2 n), the gap, the
+   construction that built it (stragg.schedule.stragglar_construction) and the generation time;
+   with --appendix-e, also the round count of the paper's App. E heuristic from the offline
+   search tool's results (csrc/core/tools/stragglar_search.py appendix-e), which is not part of
+   the library. --plot writes a PNG of the gap against n (matplotlib).
 
 Torch-free in spirit (needs only stragg._core; importing the stragg package loads torch).
 Generation is timed around stragg.schedule.build (the C++ generator plus the hand-over to Python);
@@ -90,27 +95,59 @@ def targets(repeat: int) -> list[dict[str, object]]:
     return rows
 
 
-def even_table(max_n: int) -> list[dict[str, object]]:
+def even_table(max_n: int, odd_max: int, appendix_e: dict[str, Any]) -> list[dict[str, object]]:
     rows = []
-    for n in range(4, max_n + 1, 2):
+    ns = sorted(set(range(4, max_n + 1, 2)) | set(range(3, odd_max + 1, 2)))
+    for n in ns:
+        gc.collect()
         t0 = time.perf_counter()
         s = schedule.build("stragglar", n)
         gen = time.perf_counter() - t0
         lb = schedule.stragglar_round_lower_bound(n)
         post = s.num_post_arrival_rounds
-        rows.append(
-            {
-                "n": n,
-                "kind": "pow2" if n & (n - 1) == 0 else "even",
-                "rounds": s.num_rounds,
-                "pre_arrival_rounds": s.num_rounds - post,
-                "post_arrival_rounds": post,
-                "lower_bound": lb,
-                "gap": post - lb,
-                "generate_ms": gen * 1e3,
-            }
-        )
+        kind = "pow2" if n & (n - 1) == 0 else ("even" if n % 2 == 0 else "odd")
+        row: dict[str, object] = {
+            "n": n,
+            "kind": kind,
+            "rounds": s.num_rounds,
+            "pre_arrival_rounds": s.num_rounds - post,
+            "post_arrival_rounds": post,
+            "lower_bound": lb,
+            "gap": post - lb,
+            "construction": schedule.stragglar_construction(n),
+            "generate_ms": gen * 1e3,
+        }
+        a = appendix_e.get(str(n))
+        if a and a.get("ok"):
+            row["appendix_e_rounds"] = a["rounds"]
+        rows.append(row)
+        del s
     return rows
+
+
+def plot_gaps(rows: list[dict[str, Any]], path: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(9, 3.6))
+    for kind, marker, label in (("even", "o", "even n"), ("odd", "s", "odd n"),
+                                ("pow2", "D", "power of 2 (Algorithm 1)")):
+        pts = [(r["n"], r["gap"]) for r in rows if r["kind"] == kind]
+        if pts:
+            ax.plot(*zip(*pts), marker, ms=3.5, ls="none", label=f"stragg: {label}")
+    app = [(r["n"], r["appendix_e_rounds"] - r["lower_bound"]) for r in rows
+           if "appendix_e_rounds" in r]
+    if app:
+        ax.plot(*zip(*app), "x", ms=3.5, color="grey", label="paper's App. E heuristic")
+    ax.set_xlabel("n (ranks)")
+    ax.set_ylabel("rounds above lower bound")
+    ax.set_title("StragglAR post-arrival rounds minus n - 2 + ceil(log2 n)")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
 
 
 def even_summary(rows: list[dict[str, Any]]) -> dict[str, object]:
@@ -118,6 +155,7 @@ def even_summary(rows: list[dict[str, Any]]) -> dict[str, object]:
     for r in rows:
         gaps.setdefault(int(r["gap"]), []).append(int(r["n"]))
     non_pow2 = [r for r in rows if r["kind"] == "even"]
+    app = [r for r in rows if "appendix_e_rounds" in r]
     return {
         "count": len(rows),
         "n_by_gap": {str(g): ns for g, ns in sorted(gaps.items())},
@@ -127,14 +165,20 @@ def even_summary(rows: list[dict[str, Any]]) -> dict[str, object]:
         "non_pow2_bound_plus_1": sum(1 for r in non_pow2 if r["gap"] == 1),
         "non_pow2_bound_plus_2": sum(1 for r in non_pow2 if r["gap"] == 2),
         "max_generate_ms": max((float(r["generate_ms"]) for r in rows), default=0.0),
+        "appendix_e_compared": len(app),
+        "appendix_e_fewer_rounds_than_ours": [
+            r["n"] for r in app if int(r["appendix_e_rounds"]) < int(r["post_arrival_rounds"])
+        ],
     }
 
 
-def _ranges(ns: list[int]) -> str:
+def _ranges(ns: list[int], table: list[int]) -> str:
+    """Runs of n that are consecutive rows of the table (which skips odd n above --odd-max)."""
+    pos = {n: i for i, n in enumerate(table)}
     out, i = [], 0
     while i < len(ns):
         j = i
-        while j + 1 < len(ns) and ns[j + 1] == ns[j] + 2:
+        while j + 1 < len(ns) and pos[ns[j + 1]] == pos[ns[j]] + 1:
             j += 1
         out.append(str(ns[i]) if i == j else f"{ns[i]}-{ns[j]}")
         i = j + 1
@@ -148,6 +192,9 @@ def main() -> None:
     p.add_argument("--repeat", type=int, default=3)
     p.add_argument("--verify-max-n", type=int, default=256)
     p.add_argument("--even-max", type=int, default=256, help="even-n table: n = 4 ... this")
+    p.add_argument("--odd-max", type=int, default=65, help="and odd n = 3 ... this")
+    p.add_argument("--appendix-e", help="App. E results (JSON from stragglar_search.py)")
+    p.add_argument("--plot", help="write a PNG of the gap against n here")
     p.add_argument("--no-targets", action="store_true", help="skip the issue's timing targets")
     p.add_argument("--no-rows", action="store_true", help="skip the per-algorithm table")
     p.add_argument("--no-even", action="store_true", help="skip the even-n rounds table")
@@ -164,8 +211,14 @@ def main() -> None:
             for n in schedule.parse_n(args.n)
         ]
     )
-    even = [] if args.no_even else even_table(args.even_max)
+    appendix_e: dict[str, Any] = {}
+    if args.appendix_e:
+        with open(args.appendix_e) as f:
+            appendix_e = json.load(f)
+    even = [] if args.no_even else even_table(args.even_max, args.odd_max, appendix_e)
     summary = even_summary(even) if even else {}
+    if even and args.plot:
+        plot_gaps(even, args.plot)
     if args.json:
         doc = {"targets": tgt, "rows": rows, "even_n": even, "even_summary": summary}
         print(json.dumps(doc, indent=2))
@@ -195,22 +248,32 @@ def main() -> None:
         print()
     if even:
         print(
-            "StragglAR, every even n (post-arrival rounds vs the lower bound n - 2 + ceil(log2 n)):"
+            "StragglAR, every even n and small odd n (post-arrival rounds vs the lower bound "
+            "n - 2 + ceil(log2 n)):"
         )
         print(
-            f"{'n':>5} {'kind':<5} {'rounds':>7} {'post':>6} {'bound':>6} {'gap':>4} {'gen ms':>8}"
+            f"{'n':>5} {'kind':<5} {'rounds':>7} {'post':>6} {'bound':>6} {'gap':>4} "
+            f"{'App.E':>6} {'construction':<24} {'gen ms':>8}"
         )
         for r in even:
             print(
                 f"{r['n']:>5} {r['kind']:<5} {r['rounds']:>7} {r['post_arrival_rounds']:>6} "
-                f"{r['lower_bound']:>6} {r['gap']:>4} {r['generate_ms']:>8.2f}"
+                f"{r['lower_bound']:>6} {r['gap']:>4} {r.get('appendix_e_rounds', '-'):>6} "
+                f"{r['construction']:<24} {r['generate_ms']:>8.2f}"
             )
         print(
-            f"summary: {summary['count']} even n; powers of two exact: "
-            f"{summary['pow2_all_exact']}; max gap {summary['max_gap']}"
+            f"summary: {summary['count']} n; powers of two exact: "
+            f"{summary['pow2_all_exact']}; max gap {summary['max_gap']}; "
+            f"max generation {summary['max_generate_ms']:.1f} ms"
         )
         for g, ns in summary["n_by_gap"].items():
-            print(f"  gap {g}: n = {_ranges(ns)}")
+            print(f"  gap {g}: n = {_ranges(ns, [int(r['n']) for r in even])}")
+        if summary["appendix_e_compared"]:
+            worse = summary["appendix_e_fewer_rounds_than_ours"]
+            print(
+                f"  App. E heuristic compared at {summary['appendix_e_compared']} n; "
+                f"fewer rounds than ours at: {worse if worse else 'none'}"
+            )
 
 
 if __name__ == "__main__":

@@ -32,6 +32,19 @@ def test_stragglar_power_of_two_rounds_and_straggler_relabel() -> None:
     assert schedule.stragglar_round_lower_bound(10) == 12
 
 
+def test_stragglar_other_n_meet_the_lower_bound_with_stored_schedules() -> None:
+    # Non-power-of-2 n <= 255 expand a schedule found offline (docs/schedules.md); the straggler
+    # can be any rank.
+    for n in (3, 6, 14, 30, 62, 100, 254):
+        s = schedule.build("stragglar", n, straggler=n // 2)
+        assert s.num_post_arrival_rounds == schedule.stragglar_round_lower_bound(n)
+        assert s.stragglers == [n // 2]
+        assert s.verify().ok
+        assert schedule.stragglar_construction(n).startswith("stored:")
+    assert schedule.stragglar_construction(64) == "algorithm1"
+    assert schedule.stragglar_construction(1000) == "two_chain"
+
+
 def test_json_round_trip_and_str() -> None:
     s = schedule.build("optcc", 6, straggler=2, slowdown=1.5, segments=4)
     doc = json.loads(s.to_json())

@@ -114,6 +114,8 @@ PYBIND11_MODULE(_core, m) {
   m.def("from_json", &schedule_from_json, py::arg("text"));
   m.def("algorithm_names", &algorithm_names);
   m.def("stragglar_round_lower_bound", &stragglar_round_lower_bound, py::arg("n"));
+  m.def("stragglar_construction", &stragglar_construction, py::arg("n"),
+        "Which construction builds stragglar(n, .) (see csrc/core/stragglar.cc).");
 
   m.def(
       "simulate",

@@ -31,9 +31,10 @@ Schedule direct_allreduce(int n);
 Schedule direct_reduce_scatter(int n);
 Schedule direct_allgather(int n);
 
-// ---- stragglar.cc: StragglAR (pre-arrival ring reduce-scatter among the n-1 early ranks, then
+// ---- stragglar*.cc: StragglAR (pre-arrival ring reduce-scatter among the n-1 early ranks, then
 // the StragglAR schedule). n-1 chunks. Power-of-2 n: Algorithm 1, exactly n + log2(n) - 2
-// post-arrival rounds. Other n: circulant designs + deadline-driven matching (see stragglar.cc).
+// post-arrival rounds. Other n: circulant designs + deadline-driven matching (see stragglar.cc,
+// which lists the constructions and their files).
 Schedule stragglar(int n, int straggler);
 // Only the post-arrival part (precondition: rank g holds the reduce of all non-stragglers for
 // chunk g, in canonical labelling). Used by tests and the CLI.
@@ -44,6 +45,11 @@ int stragglar_round_lower_bound(int n);
 // heuristic, a stored design, or a constructed design); otherwise building it may take minutes
 // (the runtime falls back to Ring).
 bool stragglar_builds_fast(int n);
+// Which construction builds stragglar(n, .): "algorithm1" (power-of-2 n), "stored:" and the name
+// of what found a stored schedule offline (e.g. "stored:cpsat_circulant_chunks"; see
+// csrc/core/tools/stragglar_search.py), or one built at generation time: "circulant_greedy_tail",
+// "two_chain", "matching".
+std::string stragglar_construction(int n);
 
 // ---- bcast.cc: straggler-aware Broadcast baseline (StragglAR App. F): ring allreduce among
 // the n-1 early ranks (pre-arrival), one whole-buffer exchange with the straggler, then a

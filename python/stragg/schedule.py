@@ -178,6 +178,11 @@ def stragglar_round_lower_bound(n: int) -> int:
     return int(_core.stragglar_round_lower_bound(n))
 
 
+def stragglar_construction(n: int) -> str:
+    """Which construction builds the StragglAR schedule for n (docs/schedules.md)."""
+    return str(_core.stragglar_construction(n))
+
+
 # ----------------------------------------------------------------------------------------- CLI
 def parse_n(spec: str) -> list[int]:
     """ "8", "2..64", "2,4,8" or "2..64:2" (step)."""

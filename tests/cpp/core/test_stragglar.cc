@@ -1,11 +1,12 @@
 #include <gtest/gtest.h>
 
-#include <chrono>
 #include <cmath>
+#include <string>
 
 #include "core/closed_forms.h"
 #include "core/generators.h"
 #include "core/simulator.h"
+#include "core/stragglar_internal.h"
 #include "core/verifier.h"
 
 using namespace stragg::core;
@@ -52,28 +53,79 @@ TEST(Stragglar, VerifiesForEveryNUpTo64AndEveryStragglerPosition) {
   }
 }
 
-TEST(Stragglar, NonPowerOfTwoRoundCountsAndVerification) {
-  // Every non-power-of-2 n (even and odd) up to 128, a stride above: verified, at most
-  // lower bound + 2 (circulant design, docs/schedules.md) and never above n + 2 log2(n) - 2.
-  std::vector<int> ns;
-  for (int n = 3; n <= 128; ++n) ns.push_back(n);
-  for (int n = 129; n <= 256; n += 5) ns.push_back(n);
-  for (int n : {250, 254, 255}) ns.push_back(n);
-  for (int n : ns) {
+TEST(Stragglar, EveryStoredScheduleVerifiesAtTheLowerBound) {
+  // Every n <= 255 that is not a power of 2 has a stored schedule (csrc/core/stragglar_designs.inc,
+  // found and verified offline by csrc/core/tools/stragglar_search.py); each one expands, passes
+  // the verifier and meets the lower bound n - 2 + ceil(log2 n) (docs/schedules.md).
+  for (int n = 3; n <= 255; ++n) {
     if (detail::is_pow2(n)) continue;
+    EXPECT_EQ(stragglar_construction(n).rfind("stored:", 0), 0u) << n;
     Schedule s = stragglar(n, -1);
-    const int rounds = s.num_post_arrival_rounds();
-    EXPECT_LE(rounds, std::floor(n + 2 * std::log2(n) - 2)) << n;
-    EXPECT_LE(rounds, stragglar_round_lower_bound(n) + 2) << n;
+    EXPECT_EQ(s.num_post_arrival_rounds(), stragglar_round_lower_bound(n)) << n;
     VerifyResult v = verify(s);
     EXPECT_TRUE(v.ok) << n << ": " << v.error;
   }
-  // The lower bound n - 2 + ceil(log2 n) is met for these n (documented in docs/schedules.md).
-  for (int n : {3, 5, 6, 7, 9, 10, 11, 12, 17, 18, 19, 34})
-    EXPECT_EQ(stragglar(n, -1).num_post_arrival_rounds(), stragglar_round_lower_bound(n)) << n;
-  // Lower bound + 1 (tail compression of the circulant design) for these.
-  for (int n : {13, 20, 33, 51, 65, 66, 82})
-    EXPECT_EQ(stragglar(n, -1).num_post_arrival_rounds(), stragglar_round_lower_bound(n) + 1) << n;
+  EXPECT_EQ(stragglar_construction(64), "algorithm1");
+  EXPECT_EQ(stragglar_construction(300), "two_chain");
+}
+
+TEST(Stragglar, StoredFormExpansionRejectsInfeasibleRounds) {
+  // The stored form (stragglar_stored.cc), n = 5 by hand: per round, per rank 0..3 the age of the
+  // chunk it receives ('.' none). In round r rank r meets the straggler (rank 4).
+  using stragglar_impl::expand_design;
+  Schedule s = Schedule::make("stragglar", Collective::kAllReduce, 5, 4);
+  s.stragglers = {4};
+  s.phases = {"pre_arrival_reduce_scatter", "stragglar"};
+  // A receive in round 0 (age 1 would be chunk -1): rejected, naming the round and the rank.
+  try {
+    expand_design(s, 1, "", 0, 0, "..1.");
+    FAIL() << "expected ScheduleError";
+  } catch (const ScheduleError& e) {
+    EXPECT_NE(std::string(e.what()).find("round 0, rank 2 cannot receive age 1"), std::string::npos)
+        << e.what();
+  }
+  // The straggler's partner (rank 1 in round 1) cannot also receive a copy.
+  Schedule t = Schedule::make("stragglar", Collective::kAllReduce, 5, 4);
+  t.phases = s.phases;
+  EXPECT_THROW(expand_design(t, 1, "", 0, 0, "...." ".1.."), ScheduleError);
+  // Too few rounds: the chunks never reach everyone.
+  Schedule u = Schedule::make("stragglar", Collective::kAllReduce, 5, 4);
+  u.phases = s.phases;
+  try {
+    expand_design(u, 1, "", 0, 0, "....");
+    FAIL() << "expected ScheduleError";
+  } catch (const ScheduleError& e) {
+    EXPECT_NE(std::string(e.what()).find("n=5"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("not fully propagated"), std::string::npos) << e.what();
+  }
+}
+
+TEST(Stragglar, NonPowerOfTwoWithoutStoredScheduleStaysWithinTwoOfTheBound) {
+  // The constructions the stored schedules replaced, still used where no stored schedule applies:
+  // the circulant designs with their greedy tail and the matching heuristic. Checked through the
+  // internal entry points for a few n: verified and within lower bound + 2.
+  using namespace stragglar_impl;
+  for (int n : {6, 13, 14, 30, 62, 100, 254}) {
+    CirculantDesign d;
+    ASSERT_TRUE(load_design(n, d)) << n;
+    Schedule s = Schedule::make("stragglar", Collective::kAllReduce, n, n - 1);
+    s.stragglers = {n - 1};
+    s.phases = {"pre_arrival_reduce_scatter", "stragglar"};
+    std::vector<int> ranks(n - 1);
+    for (int g = 0; g < n - 1; ++g) ranks[g] = g;
+    detail::append_ring_reduce_scatter(s, ranks, ranks, 1, 0, /*pre_arrival=*/true);
+    Schedule circ = circulant_schedule(s, 1, d);
+    EXPECT_LE(circ.num_post_arrival_rounds(), stragglar_round_lower_bound(n) + 2) << n;
+    VerifyResult vc = verify(circ);
+    EXPECT_TRUE(vc.ok) << n << ": " << vc.error;
+    if (n <= 64) {
+      Schedule m = s;
+      append_general_best(m, 1);
+      EXPECT_LE(m.num_post_arrival_rounds(), std::floor(n + 2 * std::log2(n) - 2)) << n;
+      VerifyResult vm = verify(m);
+      EXPECT_TRUE(vm.ok) << n << ": " << vm.error;
+    }
+  }
 }
 
 TEST(Stragglar, SimulatorMatchesBestAndWorstCase) {
@@ -115,28 +167,12 @@ TEST(Stragglar, CriticalDelayAgainstRing) {
   EXPECT_LT(cf::stragglar_critical_delay(256, kS, kA, kB), cf::stragglar_critical_delay(16, kS, kA, kB));
 }
 
-TEST(Stragglar, GenerationIsFastAt256) {
-  // Correctness-only guard against pathological slowness; timings live in benchmarks/.
-  Schedule s = stragglar(256, 3);
-  EXPECT_EQ(s.num_post_arrival_rounds(), 256 + 8 - 2);
-  // Non-power-of-2 n near 256 use the precomputed circulant designs (milliseconds).
-  for (int n : {250, 255}) {
-    auto t0 = std::chrono::steady_clock::now();
-    Schedule t = stragglar(n, 3);
-    const double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    EXPECT_LT(sec, 1.0) << n;
-    EXPECT_LE(t.num_post_arrival_rounds(), stragglar_round_lower_bound(n) + 2) << n;
-  }
-}
-
 TEST(Stragglar, ConstructedDesignsAbove255) {
-  // n > 255 without a stored design: the two-chain circulant construction (milliseconds) gives
-  // lower bound + 2 (+3 for a few n just below a power of 2), always within n + 2 log2(n) - 2.
+  // n > 255 without a stored design: the two-chain circulant construction (milliseconds; timings
+  // in benchmarks/schedule_gen.py) gives lower bound + 2 (+3 for a few n just below a power of
+  // 2), always within n + 2 log2(n) - 2.
   for (int n : {257, 258, 300, 301, 507, 510, 511, 766, 767, 999, 1000, 1019, 1022, 1023}) {
-    auto t0 = std::chrono::steady_clock::now();
     Schedule s = stragglar(n, n == 300 ? 7 : -1);
-    const double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    EXPECT_LT(sec, 2.0) << n;  // about 0.1 s; generous for loaded CI machines
     const int rounds = s.num_post_arrival_rounds();
     const int lb = stragglar_round_lower_bound(n);
     EXPECT_LE(rounds, std::floor(n + 2 * std::log2(n) - 2)) << n;
@@ -146,8 +182,8 @@ TEST(Stragglar, ConstructedDesignsAbove255) {
     VerifyResult v = verify(s);
     EXPECT_TRUE(v.ok) << n << ": " << v.error;
   }
-  // Every n up to 1024 builds fast (the construction alone takes milliseconds); round counts on
-  // a stride (all of 257 .. 1023 checked offline: gap 2 for 760 n, 3 for the 6 above).
+  // Every n up to 1024 builds fast (a stored schedule or the construction, milliseconds); round
+  // counts on a stride (all of 257 .. 1023 checked offline: gap 2 for 760 n, 3 for the 6 above).
   for (int n = 2; n <= 1024; ++n) ASSERT_TRUE(stragglar_builds_fast(n)) << n;
   int worst_gap = 0;
   for (int n = 257; n < 1024; n += 11) {
