@@ -59,7 +59,7 @@ bool probe_sends(int n, int round, int direction, int rank) {
 }
 
 RankPlan link_probe_plan(int n, int rank, int round, int direction, int messages, size_t elems,
-                         bool many) {
+                         ProbeShape shape) {
   check_round_rank(n, round, rank, "link_probe_plan");
   if (messages < 1)
     throw Error("stragg: link_probe_plan: messages must be >= 1, got " + std::to_string(messages));
@@ -88,13 +88,25 @@ RankPlan link_probe_plan(int n, int rank, int round, int direction, int messages
     }
     plan.steps.push_back(std::move(s));
   };
-  if (many) {
-    for (size_t i = 0; i < m; ++i) payload(static_cast<uint32_t>(i), i * elems, elems);
-  } else {
-    payload(static_cast<uint32_t>(messages), 0, total);
+  // Step ids: many 0..m-1 (ack m+2), one m (ack m+1), half m+3 (ack m+4).
+  const uint32_t um = static_cast<uint32_t>(messages);
+  uint32_t ack_id = 0;
+  switch (shape) {
+    case ProbeShape::kMany:
+      for (size_t i = 0; i < m; ++i) payload(static_cast<uint32_t>(i), i * elems, elems);
+      ack_id = um + 2;
+      break;
+    case ProbeShape::kOne:
+      payload(um, 0, total);
+      ack_id = um + 1;
+      break;
+    case ProbeShape::kHalf:
+      payload(um + 3, 0, std::max<size_t>(1, total / 2));
+      ack_id = um + 4;
+      break;
   }
   PlanStep ack;
-  ack.id = static_cast<uint32_t>(messages + 1 + (many ? 1 : 0));
+  ack.id = ack_id;
   if (sender) {
     ack.recvs.push_back(op(total, 1));
   } else {
@@ -104,17 +116,25 @@ RankPlan link_probe_plan(int n, int rank, int round, int direction, int messages
   return plan;
 }
 
-LinkModel estimate_link(double t_many, double t_one, int messages, size_t bytes_each) {
+LinkModel estimate_link(double t_many, double t_one, double t_half, int messages,
+                        size_t bytes_each) {
   if (messages < 2)
     throw Error("stragg: estimate_link: needs messages >= 2, got " + std::to_string(messages));
   if (bytes_each < 1) throw Error("stragg: estimate_link: bytes_each must be >= 1, got 0");
-  if (!std::isfinite(t_many) || !std::isfinite(t_one) || t_many < 0 || t_one < 0)
-    throw Error("stragg: estimate_link: times must be finite and >= 0, got t_many=" +
-                std::to_string(t_many) + " t_one=" + std::to_string(t_one));
+  for (double t : {t_many, t_one, t_half}) {
+    if (!std::isfinite(t) || t < 0)
+      throw Error("stragg: estimate_link: times must be finite and >= 0, got t_many=" +
+                  std::to_string(t_many) + " t_one=" + std::to_string(t_one) +
+                  " t_half=" + std::to_string(t_half));
+  }
   LinkModel link;
   link.alpha_s = std::max(kMinProbeAlpha, (t_many - t_one) / (messages - 1));
-  const double bytes = static_cast<double>(messages) * static_cast<double>(bytes_each);
-  link.beta_s_per_byte = std::max(kMinProbeBeta, (t_one - 2 * link.alpha_s) / bytes);
+  const size_t total = static_cast<size_t>(messages) * bytes_each;
+  const double bytes = static_cast<double>(total);
+  const double half = static_cast<double>(std::max<size_t>(1, total / 2));
+  const double diff = (t_one - t_half) / (bytes - half);
+  link.beta_s_per_byte =
+      std::max(kMinProbeBeta, diff > 0 ? diff : (t_one - 2 * link.alpha_s) / bytes);
   return link;
 }
 

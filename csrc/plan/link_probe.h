@@ -2,10 +2,13 @@
 //
 // Probes. On each directed link a -> b, a sends `messages` messages of `bytes_each` bytes back to
 // back, then waits for a one-element acknowledgement from b; then it sends one message of
-// messages*bytes_each bytes and waits for the acknowledgement. With t = alpha + bytes * beta per
-// message (the acknowledgement costs about one alpha):
-//   t_many = m alpha + m s beta + alpha,   t_one = alpha + m s beta + alpha
-//   => alpha = (t_many - t_one) / (m - 1),  beta = (t_one - 2 alpha) / (m s).
+// messages*bytes_each bytes, and one of half that, each followed by the acknowledgement. With
+// t = alpha + bytes * beta per message (the acknowledgement costs about one alpha):
+//   t_many = m alpha + m s beta + alpha,   t_one = 2 alpha + m s beta,   t_half = 2 alpha + m s beta / 2
+//   => alpha = (t_many - t_one) / (m - 1),  beta = (t_one - t_half) / (m s / 2).
+// Taking beta from the difference of two sizes cancels what every transfer pays once besides
+// alpha, e.g. a shaped link's token-bucket burst at line rate (which made a 300 Mbit/s link look
+// 40% faster, and a degraded one's factor 8% smaller, when beta came from one size).
 // The sender times both, so the estimate belongs to the direction a -> b. All ranks probe
 // concurrently in the rounds of a round-robin tournament, each round in two halves (the lower
 // rank of each pair sends, then the higher), so every directed link is measured exactly once with
@@ -40,24 +43,30 @@ int probe_partner(int n, int round, int rank);
 // sends, 1: the higher) of `round`.
 bool probe_sends(int n, int round, int direction, int rank);
 
-// Plan for `rank` in half `direction` of `round`: the sender sends `messages` steps of `elems`
-// elements each (many = true) or one step of messages*elems (many = false), then receives a
-// one-element acknowledgement; the receiver mirrors it. Buffer: 2*messages*elems elements,
-// payload read from [0, messages*elems) and received into [messages*elems, 2*messages*elems);
-// the acknowledgement is element 0, landing at element messages*elems. Idle ranks get no steps.
-// Step ids are the same on both partners and differ between many and one. Tagged kLinkProbeTag.
-// Throws stragg::Error for messages < 1, elems < 1, a bad round, rank or direction.
+// What one probe transfer sends: `messages` messages of `elems` (kMany), one of messages*elems
+// (kOne), or one of half that (kHalf).
+enum class ProbeShape { kMany, kOne, kHalf };
+
+// Plan for `rank` in half `direction` of `round`: the sender sends the payload of `shape`, then
+// receives a one-element acknowledgement; the receiver mirrors it. Buffer: 2*messages*elems
+// elements, payload read from [0, messages*elems) and received into [messages*elems,
+// 2*messages*elems); the acknowledgement is element 0, landing at element messages*elems. Idle
+// ranks get no steps. Step ids are the same on both partners and differ between the shapes.
+// Tagged kLinkProbeTag. Throws stragg::Error for messages < 1, elems < 1, a bad round, rank or
+// direction.
 RankPlan link_probe_plan(int n, int rank, int round, int direction, int messages, size_t elems,
-                         bool many);
+                         ProbeShape shape);
 
 // Smallest values estimate_link returns (the link's latency / time per byte are never zero).
 constexpr double kMinProbeAlpha = 1e-9;  // s
 constexpr double kMinProbeBeta = 1e-15;  // s per byte (1 PB/s)
 
 // alpha = (t_many - t_one)/(messages - 1), clamped to >= kMinProbeAlpha;
-// beta = (t_one - 2 alpha)/(messages * bytes_each), clamped to >= kMinProbeBeta.
+// beta = (t_one - t_half)/(bytes of one - bytes of half); when that is not positive (noise on a
+// very fast link), (t_one - 2 alpha)/(messages * bytes_each); clamped to >= kMinProbeBeta.
 // Throws stragg::Error for messages < 2, bytes_each < 1 or negative / non-finite times.
-LinkModel estimate_link(double t_many, double t_one, int messages, size_t bytes_each);
+LinkModel estimate_link(double t_many, double t_one, double t_half, int messages,
+                        size_t bytes_each);
 
 struct LinkAnalysis {
   LinkModel reference;             // median alpha and beta over links between healthy ranks

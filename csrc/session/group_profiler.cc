@@ -156,23 +156,21 @@ std::vector<LinkModel> GroupProfiler::measure_own_row(Executor& ex, const Intern
   for (int round = 0; round < probe_rounds(n_); ++round) {
     for (int direction : {0, 1}) {
       const bool sender = probe_sends(n_, round, direction, rank_);
-      std::vector<double> t_many, t_one;
+      // Minimum over the repetitions: noise (scheduling, other load) only ever adds time.
+      double best[3] = {1e300, 1e300, 1e300};
       for (int rep = 0; rep < kProbeRepetitions; ++rep) {
-        for (bool many : {true, false}) {
-          const RankPlan plan =
-              link_probe_plan(n_, rank_, round, direction, kProbeMessages, elems, many);
+        for (int shape = 0; shape < 3; ++shape) {
+          const RankPlan plan = link_probe_plan(n_, rank_, round, direction, kProbeMessages, elems,
+                                                static_cast<ProbeShape>(shape));
           const CollectiveSpec s = spec("link probe", DType::Float32, buf.size());
           const auto t0 = Clock::now();
           ex.run(plan, s, buf.data(), timeout);
-          (many ? t_many : t_one).push_back(std::chrono::duration<double>(Clock::now() - t0).count());
+          best[shape] = std::min(best[shape], std::chrono::duration<double>(Clock::now() - t0).count());
         }
       }
       if (!sender) continue;
-      // Minimum over the repetitions: noise (scheduling, other load) only ever adds time.
       mine[probe_partner(n_, round, rank_)] =
-          estimate_link(*std::min_element(t_many.begin(), t_many.end()),
-                        *std::min_element(t_one.begin(), t_one.end()), kProbeMessages,
-                        elems * sizeof(float));
+          estimate_link(best[0], best[1], best[2], kProbeMessages, elems * sizeof(float));
     }
   }
   return mine;
