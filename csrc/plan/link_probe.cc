@@ -133,8 +133,9 @@ LinkModel estimate_link(double t_many, double t_one, double t_half, int messages
   const double bytes = static_cast<double>(total);
   const double half = static_cast<double>(std::max<size_t>(1, total / 2));
   const double diff = (t_one - t_half) / (bytes - half);
-  link.beta_s_per_byte =
-      std::max(kMinProbeBeta, diff > 0 ? diff : (t_one - 2 * link.alpha_s) / bytes);
+  // Noise can make the half transfer as slow as the whole one: then the whole one's time per
+  // byte (an upper bound, alpha included) is the safer estimate than subtracting a noisy alpha.
+  link.beta_s_per_byte = std::max(kMinProbeBeta, diff > 0 ? diff : t_one / bytes);
   return link;
 }
 

@@ -62,8 +62,8 @@ constexpr double kMinProbeAlpha = 1e-9;  // s
 constexpr double kMinProbeBeta = 1e-15;  // s per byte (1 PB/s)
 
 // alpha = (t_many - t_one)/(messages - 1), clamped to >= kMinProbeAlpha;
-// beta = (t_one - t_half)/(bytes of one - bytes of half); when that is not positive (noise on a
-// very fast link), (t_one - 2 alpha)/(messages * bytes_each); clamped to >= kMinProbeBeta.
+// beta = (t_one - t_half)/(bytes of one - bytes of half); when that is not positive (noise),
+// t_one/(messages * bytes_each); clamped to >= kMinProbeBeta.
 // Throws stragg::Error for messages < 2, bytes_each < 1 or negative / non-finite times.
 LinkModel estimate_link(double t_many, double t_one, double t_half, int messages,
                         size_t bytes_each);
