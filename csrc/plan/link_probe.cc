@@ -133,9 +133,13 @@ LinkModel estimate_link(double t_many, double t_one, double t_half, int messages
   const double bytes = static_cast<double>(total);
   const double half = static_cast<double>(std::max<size_t>(1, total / 2));
   const double diff = (t_one - t_half) / (bytes - half);
-  // Noise can make the half transfer as slow as the whole one: then the whole one's time per
-  // byte (an upper bound, alpha included) is the safer estimate than subtracting a noisy alpha.
-  link.beta_s_per_byte = std::max(kMinProbeBeta, diff > 0 ? diff : t_one / bytes);
+  const double whole = t_one - 2 * link.alpha_s;
+  // The difference cancels what every transfer pays once; it is trusted only while it is
+  // consistent with the whole transfer (within a factor 1.5): transfers still ramping up (TCP
+  // after idle) take about as long at both sizes, which would make the link look infinitely fast.
+  double beta = whole > 0 ? whole / bytes : t_one / bytes;
+  if (diff > 0 && diff * 1.5 >= beta && diff <= beta * 1.5) beta = diff;
+  link.beta_s_per_byte = std::max(kMinProbeBeta, beta);
   return link;
 }
 

@@ -7,8 +7,8 @@
 //   t_many = m alpha + m s beta + alpha,   t_one = 2 alpha + m s beta,   t_half = 2 alpha + m s beta / 2
 //   => alpha = (t_many - t_one) / (m - 1),  beta = (t_one - t_half) / (m s / 2).
 // Taking beta from the difference of two sizes cancels what every transfer pays once besides
-// alpha, e.g. a shaped link's token-bucket burst at line rate (which made a 300 Mbit/s link look
-// 40% faster, and a degraded one's factor 8% smaller, when beta came from one size).
+// alpha (e.g. a shaper's burst); it is used only when consistent with the whole transfer's rate
+// (short TCP transfers that are still ramping up take about as long at both sizes).
 // The sender times both, so the estimate belongs to the direction a -> b. All ranks probe
 // concurrently in the rounds of a round-robin tournament, each round in two halves (the lower
 // rank of each pair sends, then the higher), so every directed link is measured exactly once with
@@ -62,8 +62,9 @@ constexpr double kMinProbeAlpha = 1e-9;  // s
 constexpr double kMinProbeBeta = 1e-15;  // s per byte (1 PB/s)
 
 // alpha = (t_many - t_one)/(messages - 1), clamped to >= kMinProbeAlpha;
-// beta = (t_one - t_half)/(bytes of one - bytes of half); when that is not positive (noise),
-// t_one/(messages * bytes_each); clamped to >= kMinProbeBeta.
+// beta = (t_one - t_half)/(bytes of one - bytes of half) when that is within a factor 1.5 of
+// (t_one - 2 alpha)/(messages * bytes_each), else the latter (t_one/bytes if that is not
+// positive); clamped to >= kMinProbeBeta.
 // Throws stragg::Error for messages < 2, bytes_each < 1 or negative / non-finite times.
 LinkModel estimate_link(double t_many, double t_one, double t_half, int messages,
                         size_t bytes_each);

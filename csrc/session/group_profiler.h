@@ -69,11 +69,11 @@ class GroupProfiler {
   void install(const std::vector<LinkModel>& matrix);
   std::vector<LinkModel> measure_own_row(Executor& ex, const InternalSpec& spec,
                                          std::chrono::milliseconds timeout, size_t bytes_each,
-                                         int repetitions, bool with_many);
+                                         int repetitions);
   // Probes every directed link with messages of `bytes_each` and all-gathers the n x n matrix.
   std::vector<LinkModel> probe_matrix(Executor& ex, const InternalSpec& spec,
                                       std::chrono::milliseconds timeout, size_t bytes_each,
-                                      int repetitions, bool with_many);
+                                      int repetitions);
 
   const int rank_;
   const int n_;

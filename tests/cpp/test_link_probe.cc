@@ -131,9 +131,12 @@ TEST(LinkProbe, EstimateLinkRecoversAlphaBeta) {
   // Noise that makes the many-message run faster: alpha clamps to a tiny positive value.
   const LinkModel c = estimate_link(0.001, 0.002, 0.0015, m, s);
   EXPECT_EQ(c.alpha_s, kMinProbeAlpha);
-  // A half transfer no faster than the full one (noise): beta from the full one alone.
+  // A half transfer no faster than the full one (noise, or TCP ramping up): beta from the
+  // full one alone.
   const LinkModel f = estimate_link(0.003, 0.002, 0.0021, m, s);
-  EXPECT_NEAR(f.beta_s_per_byte, 0.002 / (m * double(s)), 1e-18);
+  EXPECT_NEAR(f.beta_s_per_byte, (0.002 - 2 * f.alpha_s) / (m * double(s)), 1e-18);
+  const LinkModel g = estimate_link(0.003, 0.002, 0.0019, m, s);  // difference 10x too small
+  EXPECT_NEAR(g.beta_s_per_byte, (0.002 - 2 * g.alpha_s) / (m * double(s)), 1e-18);
   const LinkModel z = estimate_link(0.0, 0.0, 0.0, m, s);
   EXPECT_GT(z.alpha_s, 0.0);
   EXPECT_GT(z.beta_s_per_byte, 0.0);
