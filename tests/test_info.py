@@ -14,7 +14,9 @@ import pytest
 pytestmark = [pytest.mark.needs_backend, pytest.mark.stragg_only]
 
 
-def _run(tmp_path: Path, *args: str, env: dict[str, str] | None = None, module: str = "stragg.info"):
+def _run(
+    tmp_path: Path, *args: str, env: dict[str, str] | None = None, module: str = "stragg.info"
+):
     full_env = {k: v for k, v in os.environ.items() if not k.startswith("STRAGG_")}
     full_env.update(env or {})
     return subprocess.run(
@@ -35,9 +37,8 @@ def _json(tmp_path: Path, *args: str, env: dict[str, str] | None = None) -> dict
 
 
 def test_json_versions_build_and_host_facts(tmp_path: Path) -> None:
-    import torch
-
     import stragg
+    import torch
     from stragg import _C
 
     info = _json(tmp_path)
@@ -70,7 +71,9 @@ def test_json_versions_build_and_host_facts(tmp_path: Path) -> None:
     t = info["transport"]
     assert t["setting"] == "auto"
     assert t["ranks_on_this_host"] == "shm"
-    assert t["host_identity"]["boot_id"] == Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    assert (
+        t["host_identity"]["boot_id"] == Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    )
 
 
 def test_settings_in_force_come_from_the_environment(tmp_path: Path) -> None:

@@ -7,6 +7,7 @@ all_reduce a small tensor and report the transport and algorithm the backend cho
 from __future__ import annotations
 
 import os
+import queue as queue_module
 import tempfile
 from datetime import timedelta
 from typing import Any
@@ -31,8 +32,9 @@ def _worker(rank: int, store_path: str, queue: Any) -> None:
         ok = bool(torch.equal(t, torch.arange(1000, dtype=torch.float32) * 3))
         stats = stragg.backend_stats()
         dist.destroy_process_group()
-        queue.put((rank, {"transport": stats["transport"], "algorithm": stats["algorithm"],
-                          "ok": ok}))
+        queue.put(
+            (rank, {"transport": stats["transport"], "algorithm": stats["algorithm"], "ok": ok})
+        )
     except Exception as e:  # noqa: BLE001 - reported by the parent
         queue.put((rank, {"error": f"{type(e).__name__}: {e}"}))
 
@@ -48,12 +50,12 @@ def probe_transport() -> dict[str, Any]:
         for p in procs:
             p.start()
         results: dict[int, dict[str, Any]] = {}
-        try:
-            for _ in range(WORLD):
+        for _ in range(WORLD):
+            try:
                 rank, res = queue.get(timeout=TIMEOUT_S)
-                results[rank] = res
-        except Exception:  # noqa: BLE001 - queue.Empty: a rank hung or died
-            pass
+            except queue_module.Empty:  # a rank hung or died: reported below
+                break
+            results[rank] = res
         for p in procs:
             p.join(timeout=10)
             if p.is_alive():

@@ -190,7 +190,10 @@ def cuda() -> dict[str, Any]:
 
 
 def _nvcc_release(nvcc: str) -> str:
-    text = subprocess.run([nvcc, "--version"], capture_output=True, text=True, timeout=20).stdout
+    proc = subprocess.run(
+        [nvcc, "--version"], capture_output=True, text=True, timeout=20, check=False
+    )
+    text = proc.stdout
     for line in text.splitlines():
         if "release" in line:
             return line.strip()
@@ -201,9 +204,10 @@ def _mount_of(path: str) -> dict[str, str] | None:
     best: dict[str, str] | None = None
     for line in (_read("/proc/mounts") or "").splitlines():
         parts = line.split()
-        if len(parts) >= 4 and path.startswith(parts[1]):
-            if best is None or len(parts[1]) > len(best["mount_point"]):
-                best = {"mount_point": parts[1], "fs": parts[2], "options": parts[3]}
+        if len(parts) < 4 or not path.startswith(parts[1]):
+            continue
+        if best is None or len(parts[1]) > len(best["mount_point"]):
+            best = {"mount_point": parts[1], "fs": parts[2], "options": parts[3]}
     return best
 
 
@@ -273,8 +277,11 @@ def transport(config: dict[str, Any] | None) -> dict[str, Any]:
         "tcp_address_source": (
             "STRAGG_TCP_HOST"
             if advertised
-            else ("route toward MASTER_ADDR / the TCPStore host" if store_host else
-                  "route toward the TCPStore host (known when the group is created)")
+            else (
+                "route toward MASTER_ADDR / the TCPStore host"
+                if store_host
+                else "route toward the TCPStore host (known when the group is created)"
+            )
         ),
     }
     if mode == "auto":
@@ -407,9 +414,7 @@ def format_text(info: dict[str, Any]) -> str:
             )
             for key, value in (ext.get("build_info") or {}).items():
                 rows.append((f"build {key}", value))
-        rows.append(
-            ("stragg._core", core.get("path") if core.get("loaded") else core.get("error"))
-        )
+        rows.append(("stragg._core", core.get("path") if core.get("loaded") else core.get("error")))
         out += _section("Build", rows)
     c = info["cuda"]
     if _err(c):
@@ -432,7 +437,10 @@ def format_text(info: dict[str, Any]) -> str:
         out += _section(
             "Shared memory",
             [
-                ("/dev/shm size", f"{_fmt_bytes(s['size_bytes'])}, free {_fmt_bytes(s['free_bytes'])}"),
+                (
+                    "/dev/shm size",
+                    f"{_fmt_bytes(s['size_bytes'])}, free {_fmt_bytes(s['free_bytes'])}",
+                ),
                 ("writable", s["writable"]),
                 ("mount", f"{mount.get('fs')} {mount.get('options')}" if mount else "unknown"),
             ],
@@ -450,12 +458,14 @@ def format_text(info: dict[str, Any]) -> str:
         out += _section("Transport", [("error", _err(t))])
     else:
         ident = t["host_identity"]
+        host = " ".join(
+            str(ident[k]) for k in ("hostname", "boot_id", "net_namespace", "ipc_namespace")
+        )
         rows = [
             ("STRAGG_TRANSPORT", t["setting"]),
             ("ranks on this host", t["ranks_on_this_host"]),
             ("ranks across hosts", t["ranks_across_hosts"]),
-            ("host identity", f"{ident['hostname']} boot {ident['boot_id']} "
-                              f"{ident['net_namespace']} {ident['ipc_namespace']}"),
+            ("host identity", host),
             ("TCP address", t["tcp_advertised_address"] or t["tcp_address_source"]),
         ]
         if "probe" in t:
@@ -476,7 +486,10 @@ def format_text(info: dict[str, Any]) -> str:
             rows.append(("straggler", _straggler_desc(eff["straggler"])))
             rows.append(("profiler", "on" if eff["profile"] else "off"))
             rows.append(
-                ("shm staging", f"{eff['shm_slots']} x {_fmt_bytes(eff['shm_slot_bytes'])} per peer")
+                (
+                    "shm staging",
+                    f"{eff['shm_slots']} x {_fmt_bytes(eff['shm_slot_bytes'])} per peer",
+                )
             )
         out += _section("Settings", rows)
     return "\n".join(out)
