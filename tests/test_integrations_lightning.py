@@ -78,9 +78,8 @@ def test_example_runs_on_stragg_with_gloo_losses(
 
 
 def test_strategies_registered_by_import() -> None:
-    from pytorch_lightning.strategies import StrategyRegistry
-
     import stragg.integrations.lightning as sl
+    from pytorch_lightning.strategies import StrategyRegistry
 
     names = StrategyRegistry.available_strategies()
     assert "ddp_stragg" in names and "ddp_stragg_hook" in names
