@@ -681,6 +681,7 @@ def plot_results(
     ax_l.grid(True, alpha=0.3)
     if have_prof:
         from stragg._plot import draw_summary
+
         draw_summary(axes[1][0], axes[1][1], prof, labels=("stragg profiler:", "stragg profiler:"))
     fig.suptitle(
         f"DDP training of a small causal LM ({first['model']}, "
