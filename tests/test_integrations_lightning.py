@@ -15,7 +15,9 @@ from typing import Any
 
 import pytest
 
-pytest.importorskip("pytorch_lightning", reason="pytorch-lightning is not installed")
+# CI (STRAGG_TEST_REQUIRE=1) installs it: there a missing library fails, elsewhere it skips.
+if os.environ.get("STRAGG_TEST_REQUIRE") != "1":
+    pytest.importorskip("pytorch_lightning", reason="pytorch-lightning is not installed")
 
 REPO = Path(__file__).resolve().parent.parent
 EXAMPLE = REPO / "examples" / "lightning_ddp.py"
