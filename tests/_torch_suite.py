@@ -21,7 +21,6 @@ from __future__ import annotations
 import argparse
 import collections
 import contextlib
-import io
 import json
 import os
 import sys
@@ -38,6 +37,44 @@ def _configure_env(backend: str, world_size: int, temp_dir: str) -> None:
     os.environ.setdefault("INIT_METHOD", "env://")
     os.environ.setdefault("DISTRIBUTED_TESTS_DEFAULT_TIMEOUT", "90")
     os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+
+def alias_backend(real: str, named: str) -> None:
+    """Every process group the suite asks for on backend `named` is created on `real`.
+
+    With BACKEND=<named> the suite takes all its skip decisions for the backend it believes it
+    runs on (several of them test the name, not a capability); this shows which of the tests
+    skipped for the name alone pass on `real`. Inherited by the forked ranks.
+    """
+    import torch.distributed as dist
+
+    def swap(backend: Any) -> Any:
+        return real if isinstance(backend, str) and backend.lower() == named else backend
+
+    init, new = dist.init_process_group, dist.new_group
+
+    def init_process_group(backend: Any = None, *args: Any, **kwargs: Any) -> Any:
+        return init(swap(backend), *args, **kwargs)
+
+    def new_group(*args: Any, backend: Any = None, **kwargs: Any) -> Any:
+        if len(args) >= 3:  # new_group(ranks, timeout, backend, ...)
+            args = (*args[:2], swap(args[2]), *args[3:])
+            return new(*args, **kwargs)
+        return new(*args, backend=swap(backend), **kwargs)
+
+    dist.init_process_group = init_process_group
+    dist.new_group = new_group
+
+
+def enable_profiler_checks(backend: str) -> None:
+    """Adds `backend` to the suite's lists of backends whose profiler events it checks (names
+    "<backend>:<op>", async, one event per call, input shapes with record_shapes=True)."""
+    from torch.testing._internal.distributed import distributed_test as suite
+
+    for name in ("PROFILING_SUPPORTED_BACKENDS", "SEND_RECV_PROFILING_SUPPORTED_BACKENDS"):
+        backends = getattr(suite, name, None)
+        if isinstance(backends, list) and backend not in backends:
+            backends.append(backend)
 
 
 def build_test_class() -> type:
@@ -64,7 +101,7 @@ class _Recorder(unittest.TextTestResult):
         self.records: dict[str, dict[str, Any]] = {}
         self._t0 = 0.0
 
-    def startTest(self, test: unittest.TestCase) -> None:  # noqa: N802 - unittest's name
+    def startTest(self, test: unittest.TestCase) -> None:
         self._t0 = time.monotonic()
         super().startTest(test)
 
@@ -76,27 +113,27 @@ class _Recorder(unittest.TextTestResult):
             "seconds": round(time.monotonic() - self._t0, 3),
         }
 
-    def addSuccess(self, test: unittest.TestCase) -> None:  # noqa: N802
+    def addSuccess(self, test: unittest.TestCase) -> None:
         super().addSuccess(test)
         self._record(test, "pass")
 
-    def addFailure(self, test: unittest.TestCase, err: Any) -> None:  # noqa: N802
+    def addFailure(self, test: unittest.TestCase, err: Any) -> None:
         super().addFailure(test, err)
         self._record(test, "fail", self._exc_info_to_string(err, test))
 
-    def addError(self, test: unittest.TestCase, err: Any) -> None:  # noqa: N802
+    def addError(self, test: unittest.TestCase, err: Any) -> None:
         super().addError(test, err)
         self._record(test, "fail", self._exc_info_to_string(err, test))
 
-    def addSkip(self, test: unittest.TestCase, reason: str) -> None:  # noqa: N802
+    def addSkip(self, test: unittest.TestCase, reason: str) -> None:
         super().addSkip(test, reason)
         self._record(test, "skip", reason)
 
-    def addExpectedFailure(self, test: unittest.TestCase, err: Any) -> None:  # noqa: N802
+    def addExpectedFailure(self, test: unittest.TestCase, err: Any) -> None:
         super().addExpectedFailure(test, err)
         self._record(test, "pass", "expected failure")
 
-    def addUnexpectedSuccess(self, test: unittest.TestCase) -> None:  # noqa: N802
+    def addUnexpectedSuccess(self, test: unittest.TestCase) -> None:
         super().addUnexpectedSuccess(test)
         self._record(test, "fail", "unexpected success")
 
@@ -112,13 +149,20 @@ def run(
     exact: list[str],
     verbosity: int = 1,
     stream: Any = None,
+    named: str = "",
+    profiler_checks: bool = False,
 ) -> dict[str, dict[str, Any]]:
-    """Runs the selected tests (all when no pattern/name given); returns name -> record."""
+    """Runs the selected tests (all when no pattern/name given); returns name -> record.
+    `named`: the backend name the suite is told (default: `backend` itself)."""
     with tempfile.TemporaryDirectory(prefix="stragg-torch-suite-") as tmp:
-        _configure_env(backend, world_size, tmp)
+        _configure_env(named or backend, world_size, tmp)
         if backend == "stragg":
             import stragg  # noqa: F401  registers the backend (also autoloaded)
+        if named and named != backend:
+            alias_backend(backend, named)
         cls = build_test_class()
+        if profiler_checks:
+            enable_profiler_checks(backend)
         names = test_names(cls)
         if exact:
             unknown = sorted(set(exact) - set(names))
@@ -157,16 +201,25 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--world-size", type=int, default=2)
     p.add_argument("-k", action="append", default=[], help="substring of test names (repeat)")
     p.add_argument("--test", action="append", default=[], help="exact test name (repeat)")
+    p.add_argument("--as", dest="named", default="", metavar="NAME",
+                   help="tell the suite the backend is NAME (e.g. gloo): its name-based skips "
+                   "then run, on --backend")  # fmt: skip
+    p.add_argument("--profiler-checks", action="store_true",
+                   help="also run the suite's profiler assertions on --backend (torch runs "
+                   "them only for gloo, nccl, mpi and ucc)")  # fmt: skip
     p.add_argument("--json", default="", help="write {summary, tests} here")
     p.add_argument("-v", action="store_true", help="one line per test")
     args = p.parse_args(argv)
     t0 = time.monotonic()
-    quiet = io.StringIO()
     with contextlib.redirect_stdout(sys.stderr):
-        records = run(args.backend, args.world_size, args.k, args.test, 2 if args.v else 1)
-    del quiet
+        records = run(
+            args.backend, args.world_size, args.k, args.test, 2 if args.v else 1,
+            named=args.named, profiler_checks=args.profiler_checks,
+        )  # fmt: skip
     summary = summarize(records)
-    summary.update(backend=args.backend, world_size=args.world_size,
+    summary.update(backend=args.backend, named=args.named or args.backend,
+                   profiler_checks=args.profiler_checks,
+                   world_size=args.world_size,
                    wall_s=round(time.monotonic() - t0, 1))  # fmt: skip
     if args.json:
         with open(args.json, "w") as f:
