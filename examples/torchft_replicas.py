@@ -217,7 +217,8 @@ def launcher(args: argparse.Namespace) -> int:
         "wall_s": time.monotonic() - t0,
     }
     kill = f"replica 1 killed after step {killed_at} and rejoined" if killed_at else "no kill"
-    print(f"{args.backend}: {args.steps} steps, {kill}; loss {losses[0]:.4f} -> {losses[-1]:.4f}; final weights of the replicas "
+    print(f"{args.backend}: {args.steps} steps, {kill}; loss {losses[0]:.4f} -> "
+          f"{losses[-1]:.4f}; final weights of the replicas "
           f"{'identical' if same else 'DIFFERENT'}")  # fmt: skip
     for r in results:
         st = r["stragg_stats"]

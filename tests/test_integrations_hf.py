@@ -129,7 +129,8 @@ shf.use_stragg()
 # The Trainer's command line: --ddp_backend stragg is a valid choice now.
 parser = HfArgumentParser(TrainingArguments)
 (targs,) = parser.parse_args_into_dataclasses(
-    ["--output_dir", tempfile.mkdtemp(), "--ddp_backend", "stragg", "--use_cpu", "--report_to", "none"])
+    ["--output_dir", tempfile.mkdtemp(), "--ddp_backend", "stragg", "--use_cpu",
+     "--report_to", "none"])
 targs.device  # sets up accelerate's state and the process group
 out["cli"] = [dist.get_backend(), PartialState().backend, PartialState().distributed_type.value]
 reset()

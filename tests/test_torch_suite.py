@@ -1,5 +1,5 @@
-"""torch's own distributed test suite (DistributedTest._DistTestBase) on stragg, world sizes 2 and 4,
-through tests/_torch_suite.py (forked ranks; ~1 minute per run on 2 cores).
+"""torch's own distributed test suite (DistributedTest._DistTestBase) on stragg at world sizes 2
+and 4, through tests/_torch_suite.py (forked ranks; ~1 minute per run on 2 cores).
 
 1. As torch would run it for a backend called "stragg": every test of the suite; all that apply
    to a CPU backend must pass, except the known failure below.
@@ -68,9 +68,10 @@ NAME_ONLY_SKIPS = (
     "test_new_subgroups_with_group_param",
 )
 # dist.monitored_barrier() itself refuses every backend but Gloo by name (torch's Python).
+_REFUSED = "monitored_barrier is only implemented for GLOO backend"
 NAME_CHECKED_BY_TORCH = {
-    "test_monitored_barrier_gloo": "monitored_barrier is only implemented for GLOO backend",
-    "test_monitored_barrier_gloo_subgroup": "monitored_barrier is only implemented for GLOO backend",
+    "test_monitored_barrier_gloo": _REFUSED,
+    "test_monitored_barrier_gloo_subgroup": _REFUSED,
 }
 
 

@@ -502,7 +502,8 @@ def _install_desc(inst: Any) -> str:
         return f"not an installed distribution (imported from {inst['package_dir']})"
     kind = "editable" if inst.get("editable") else "regular"
     ep = "yes" if inst.get("autoload_entry_point") else "MISSING"
-    return f"{kind} install of {inst['distribution']} at {inst['package_dir']}; autoload entry point {ep}"
+    where = inst["package_dir"]
+    return f"{kind} install of {inst['distribution']} at {where}; autoload entry point {ep}"
 
 
 def _straggler_desc(code: Any) -> str:
@@ -512,7 +513,8 @@ def _straggler_desc(code: Any) -> str:
 def _probe_desc(p: Any) -> str:
     if _err(p):
         return f"failed: {_err(p)}"
-    return f"transport {p['transport']}, algorithm {p['algorithm']}, all_reduce {'ok' if p['ok'] else 'WRONG'}"
+    result = "ok" if p["ok"] else "WRONG"
+    return f"transport {p['transport']}, algorithm {p['algorithm']}, all_reduce {result}"
 
 
 def main(argv: list[str] | None = None) -> int:
