@@ -9,13 +9,10 @@ import socket
 import statistics
 import sys
 from dataclasses import dataclass
-from pathlib import Path
 from types import ModuleType
 from typing import Any
 
 import torch
-
-REPO_ROOT = Path(__file__).resolve().parent.parent
 
 _UNITS = {
     "": 1,
@@ -87,31 +84,21 @@ def _import_stragg_with_extension() -> ModuleType:
 
 
 def import_stragg() -> tuple[ModuleType | None, str]:
-    """Import stragg (registers the "stragg" backend). Falls back to the repo's python/ dir.
+    """Import the installed stragg (registers the "stragg" backend) and its C++ extension.
 
-    Returns (module or None, reason it is unavailable). Children started with the 'spawn'
-    start method inherit the parent's sys.path, so the fallback carries over to ranks.
+    Returns (module or None, reason it is unavailable): a missing or broken install is reported
+    (and the benchmark runs Gloo only), not a crash. The source tree is never put on sys.path:
+    benchmarks measure what `pip install` built.
     """
     try:
         return _import_stragg_with_extension(), ""
     except ModuleNotFoundError as e:
-        if e.name != "stragg":
-            return None, f"{type(e).__name__}: {e}"
-    except (ImportError, OSError, RuntimeError) as e:
-        # A broken build is reported (and the run falls back to gloo), not a crash.
+        if e.name == "stragg":
+            hint = "install it: pip install --no-build-isolation ."
+            return None, f"module 'stragg' not found ({hint})"
         return None, f"{type(e).__name__}: {e}"
-    local = REPO_ROOT / "python"
-    if (local / "stragg" / "__init__.py").exists() and str(local) not in sys.path:
-        sys.path.insert(0, str(local))
-        try:
-            return _import_stragg_with_extension(), ""
-        except (ImportError, OSError, RuntimeError) as e:
-            sys.path.remove(str(local))
-            for name in [m for m in sys.modules if m == "stragg" or m.startswith("stragg.")]:
-                del sys.modules[name]
-            return None, f"{type(e).__name__}: {e}"
-    hint = "build and install it: pip install --no-build-isolation -e ."
-    return None, f"module 'stragg' not found ({hint})"
+    except (ImportError, OSError, RuntimeError) as e:
+        return None, f"{type(e).__name__}: {e}"
 
 
 def free_port() -> int:

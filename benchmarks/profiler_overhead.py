@@ -15,7 +15,6 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
-import os
 import sys
 import time
 from dataclasses import dataclass
@@ -24,8 +23,8 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _common import Stats, eprint, import_stragg, parse_size, spawn_and_collect  # noqa: E402
+# The sibling _common.py is importable because Python puts this script's directory on sys.path.
+from _common import Stats, eprint, import_stragg, parse_size, spawn_and_collect
 
 ON, OFF, GLOO = "stragg-profile-on", "stragg-profile-off", "gloo"
 

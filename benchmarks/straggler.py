@@ -66,13 +66,13 @@ import re
 import sys
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import torch
 import torch.distributed as dist
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+# Python puts this script's directory first on sys.path (also in the spawned ranks): the
+# sibling _common.py is found from any working directory; stragg itself is the installed one.
 from _common import (
     ELEM,
     Stats,

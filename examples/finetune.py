@@ -39,14 +39,26 @@ import time
 from pathlib import Path
 from typing import Any
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
-
 DEFAULT_STEPS = 150
 DEFAULT_WARMUP = 5
 # D = one Gloo all_reduce of the gradient, about twice its reduce-scatter half: with 4 CPU-bound
 # ranks sharing 2 cores the arrival jitter is +-20 ms, and at half that delay the straggler was
 # last in only ~40-50% of the steps (not a persistent straggler); at one all_reduce ~85%.
 AUTO_DELAY_FACTOR = 1.0
+# --quick: a smoke run (CI, a first try): 2 ranks, a tiny model, a few steps, no figure. Options
+# given explicitly on the command line still win.
+QUICK = {
+    "steps": 6,
+    "warmup": 1,
+    "ranks": 2,
+    "layers": 1,
+    "d_model": 64,
+    "heads": 2,
+    "vocab": 128,
+    "seq": 16,
+    "straggler_delay_ms": "3",
+    "plot": "none",
+}
 
 
 # --------------------------------------------------------------------------------------------
@@ -85,6 +97,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help=f"first steps left out of the mean step time (default {DEFAULT_WARMUP})",
     )
     p.add_argument("--ranks", type=int, default=4, help="processes (default 4)")
+    p.add_argument(
+        "--quick",
+        action="store_true",
+        help="smoke run: "
+        + ", ".join(f"--{k.replace('_', '-')} {v}" for k, v in QUICK.items())
+        + " (explicit options still apply)",
+    )
     p.add_argument(
         "--straggler-rank",
         type=int,
@@ -149,6 +168,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--result", default="", help=argparse.SUPPRESS)
     p.add_argument("--delay-s", type=float, default=None, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
+    if args.quick:  # the quick values become the defaults; explicit options are parsed again
+        p.set_defaults(**QUICK)
+        args = p.parse_args(argv)
     if args.ranks < 2:
         p.error("--ranks must be at least 2")
     if args.steps < 1:
@@ -515,10 +537,6 @@ def run_job(
     env = dict(os.environ)
     env.setdefault("OMP_NUM_THREADS", "1")
     env.setdefault("TOKENIZERS_PARALLELISM", "false")
-    # Without an installed stragg, find the repository's python/ package.
-    env["PYTHONPATH"] = os.pathsep.join(
-        [p for p in (env.get("PYTHONPATH", ""), str(REPO_ROOT / "python")) if p]
-    )
     if backend.startswith("stragg"):
         for item in args.stragg_env:
             key, sep, value = item.partition("=")
@@ -662,11 +680,8 @@ def plot_results(
     ax_l.legend(fontsize="small")
     ax_l.grid(True, alpha=0.3)
     if have_prof:
-        try:
-            from stragg._plot import draw_summary
-        except ImportError:
-            sys.path.insert(0, str(REPO_ROOT / "python"))
-            from stragg._plot import draw_summary
+        from stragg._plot import draw_summary
+
         draw_summary(axes[1][0], axes[1][1], prof, labels=("stragg profiler:", "stragg profiler:"))
     fig.suptitle(
         f"DDP training of a small causal LM ({first['model']}, "

@@ -30,6 +30,11 @@ PY=.venv/bin/python
 # repeated so that resolving their dependencies can never swap the torch installed above.
 "$PY" -m pip install -q numpy pytest pybind11 ninja "transformers==5.23.0" "matplotlib==3.11.2" \
   "torch==${STRAGG_TORCH_VERSION:-2.13.0}"
+# stragg.integrations (examples/lightning_ddp.py, hf_trainer.py, torchft_replicas.py and their
+# tests) and torch's own distributed test suite (expecttest). Pinned to versions that accept
+# torch 2.13.0; the torch pin is repeated so that none of them can replace it.
+"$PY" -m pip install -q "pytorch-lightning==2.6.6" "accelerate==1.15.0" "torchft==0.2.0" \
+  "expecttest==0.3.0" "torch==${STRAGG_TORCH_VERSION:-2.13.0}"
 # GPU parts (kernels/): only where a CUDA compiler exists. NCCL's headers and library come from
 # its wheel (pinned: the NCCL ABI the GPU code is compiled against).
 if command -v nvcc >/dev/null 2>&1; then

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Sets up (scripts/setup.sh) and runs every test: the C++ suites of the torch-free layers
-# (GoogleTest via CTest) and the multi-process Python suite (pytest).
+# (GoogleTest via CTest), the examples against a regular install of the wheel
+# (scripts/check_installed.sh) and the multi-process Python suite (pytest).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
@@ -22,6 +23,9 @@ if [ "$STRAGG_CUDA_MODE" = on ]; then
   echo "test: CUDA compile check passed (GPU suites skip without a CUDA device)"
 fi
 ctest --test-dir build/ctest --output-on-failure -j 2
+
+echo "== Installed package: wheel in a fresh venv, demo and a benchmark outside the tree =="
+bash scripts/check_installed.sh
 
 echo "== Python tests =="
 STRAGG_TEST_REQUIRE=1 .venv/bin/python -m pytest tests "$@"

@@ -31,9 +31,6 @@ TINY_MODEL = [
 
 def _run(tmp_path: Path, *extra: str) -> tuple[dict, subprocess.CompletedProcess]:
     env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(
-        p for p in (str(REPO / "python"), env.get("PYTHONPATH", "")) if p
-    )
     cmd = [
         sys.executable, str(SCRIPT), "--steps", str(STEPS), "--warmup", "2", "--ranks", "4",
         "--json", *TINY_MODEL, *extra,
