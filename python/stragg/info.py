@@ -307,10 +307,11 @@ def settings() -> dict[str, Any]:
     out: dict[str, Any] = {
         "environment": env,
         "related_environment": other,
-        "python_overrides": dict(_config._overrides),
+        "python_overrides": {k: raw for k, (raw, _source) in _config._overrides.items()},
     }
     try:
-        out["effective"] = _config.backend_config_with_overrides()
+        # Every setting of the table (csrc/plan/settings.cc) as its canonical text.
+        out["effective"] = _config.effective_settings()
     except ValueError as e:
         out["effective"] = {"error": str(e)}
     return out
@@ -484,13 +485,8 @@ def format_text(info: dict[str, Any]) -> str:
         else:
             rows.append(("algorithm", eff["algo"]))
             rows.append(("straggler", _straggler_desc(eff["straggler"])))
-            rows.append(("profiler", "on" if eff["profile"] else "off"))
-            rows.append(
-                (
-                    "shm staging",
-                    f"{eff['shm_slots']} x {_fmt_bytes(eff['shm_slot_bytes'])} per peer",
-                )
-            )
+            rows.append(("profiler", "on" if eff["profile"] == "1" else "off"))
+            rows.append(("shm staging", f"{eff['shm_slots']} x {eff['shm_slot_bytes']} per peer"))
         out += _section("Settings", rows)
     return "\n".join(out)
 
@@ -506,8 +502,8 @@ def _install_desc(inst: Any) -> str:
     return f"{kind} install of {inst['distribution']} at {where}; autoload entry point {ep}"
 
 
-def _straggler_desc(code: Any) -> str:
-    return {-1: "none", -2: "dynamic", -3: "auto (profiler)"}.get(code, f"rank {code}")
+def _straggler_desc(text: str) -> str:
+    return {"auto": "auto (profiler)"}.get(text, f"rank {text}" if text.isdigit() else text)
 
 
 def _probe_desc(p: Any) -> str:
