@@ -265,10 +265,13 @@ TEST(MixedTransport, RemoteAbortWakesARankWaitingOnlyForALocalPeer) {
 }
 
 // Rank 0 waits for a remote and a local message: it sleeps in TCP's ppoll(), its helper on the
-// doorbell; the local message wakes it through the helper.
+// doorbell; the local message wakes it through the helper. (Without the spin and yield window,
+// in which such waits only poll.)
 TEST(MixedTransport, LocalDataWakesARankWaitingInTcp) {
   InMemoryRendezvous rdv;
-  auto ts = testing::make_group(rdv, 3, mixed_maker("AAB"));
+  MixedOptions opt = small_options();
+  opt.shm.spin_us = opt.shm.yield_us = 0;
+  auto ts = testing::make_group(rdv, 3, mixed_maker("AAB", opt));
   Receive remote(2), local(1);
   EXPECT_FALSE(ts[0]->progress(remote.op));
   EXPECT_FALSE(ts[0]->progress(local.op));
@@ -313,6 +316,32 @@ TEST(MixedTransport, LocalAbortWakesARankWaitingOnlyForARemotePeer) {
                                           [&] { ts[1]->signal_abort("rank 1 gives up"); }),
             "");
   EXPECT_EQ(ts[0]->abort_reason().value_or(""), "rank 1 gives up");
+}
+
+// With a spin and yield window, a wait for a remote and a local message first only polls: it
+// returns at once (the caller progresses again) until the window is over, then sleeps.
+TEST(MixedTransport, WaitForBothSidesPollsBrieflyThenSleeps) {
+  InMemoryRendezvous rdv;
+  MixedOptions opt = small_options();
+  opt.shm.spin_us = 0;
+  opt.shm.yield_us = 500000;
+  auto ts = testing::make_group(rdv, 3, mixed_maker("AAB", opt));
+  Receive remote(2), local(1);
+  EXPECT_FALSE(ts[0]->progress(remote.op));
+  EXPECT_FALSE(ts[0]->progress(local.op));
+  const auto start = std::chrono::steady_clock::now();
+  for (int i = 0; i < 3; ++i) {  // each returns at once (a hang here fails at the ctest limit)
+    ts[0]->wait_for_activity(ts[0]->activity_token(), testing::kLongWait);
+    EXPECT_FALSE(ts[0]->progress(remote.op));  // the caller progresses between waits
+    EXPECT_FALSE(ts[0]->progress(local.op));
+  }
+  EXPECT_LT(std::chrono::steady_clock::now() - start, testing::kHangGuard);
+  SendOp s = testing::make_send(0, nullptr, 0, 3);
+  // Past the window (which started at the first wait): the wait sleeps until woken.
+  std::this_thread::sleep_until(start + std::chrono::milliseconds(600));
+  EXPECT_EQ(testing::wake_sleeping_waiter(*ts[0], SYS_ppoll,
+                                          [&] { testing::drive(*ts[1], &s, nullptr); }),
+            "");
 }
 
 // ------------------------------------------------------------------------------------------------

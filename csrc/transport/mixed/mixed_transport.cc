@@ -1,5 +1,7 @@
 #include "transport/mixed/mixed_transport.h"
 
+#include <sched.h>
+
 #include <algorithm>
 #include <utility>
 
@@ -133,6 +135,7 @@ bool MixedTransport::progress_remote(Op& op) {
   if (bridge_) bridge_->release_tcp();  // TCP's data plane is single-threaded
   const bool moved = tcp_->progress(op);
   if (!op.done) tcp_pending_ = true;
+  if (moved) polling_ = false;
   return moved;
 }
 
@@ -158,6 +161,7 @@ bool MixedTransport::progress_local(SendOp& op) {
     rethrow_shm_error(e, peer);
   }
   if (!op.done) shm_pending_ = true;
+  if (moved) polling_ = false;
   return moved;
 }
 
@@ -173,6 +177,7 @@ bool MixedTransport::progress_local(RecvOp& op) {
     rethrow_shm_error(e, peer);
   }
   if (!op.done) shm_pending_ = true;
+  if (moved) polling_ = false;
   return moved;
 }
 
@@ -220,9 +225,28 @@ void MixedTransport::wait_for_activity(uint64_t token, std::chrono::microseconds
     return;
   }
   bridge_->release_tcp();
+  if (shm_ops && poll_briefly(tcp_token)) return;
   if (shm_ops) bridge_->watch_shm(shm_token);
   tcp_->wait_for_activity(tcp_token, max_wait);
   if (shm_ops) bridge_->end_watch_shm();
+}
+
+// A wait for TCP and shm ops at once starts like a shm wait: for spin_us + yield_us after the
+// last op moved, each wait only polls TCP without sleeping (yielding the CPU after spin_us) and
+// returns, so the caller progresses the ops again; a local peer that answers within that window
+// is seen without the helper's relay (two thread wake-ups). True while the window lasts.
+bool MixedTransport::poll_briefly(uint64_t tcp_token) {
+  const auto now = std::chrono::steady_clock::now();
+  const ShmOptions& o = shm_->options();
+  if (!polling_) {
+    polling_ = true;
+    poll_start_ = now;
+  }
+  const auto spent = now - poll_start_;
+  if (spent >= std::chrono::microseconds(o.spin_us + o.yield_us)) return false;
+  if (spent >= std::chrono::microseconds(o.spin_us)) sched_yield();
+  tcp_->wait_for_activity(tcp_token, std::chrono::microseconds(0));
+  return true;
 }
 
 void MixedTransport::wait_without_bridge(uint32_t shm_token, uint64_t tcp_token, bool tcp_ops,

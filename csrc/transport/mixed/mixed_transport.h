@@ -21,8 +21,10 @@
 //     so shm-only steps pay nothing; the helper sleeps in TCP's wait and rings the doorbell on
 //     TCP news (a remote abort or death).
 //   - TCP ops unfinished: sleep in TCP's ppoll(); if shm ops are unfinished too, the helper
-//     sleeps on the doorbell and wakes the ppoll() when it rings. Without unfinished shm ops
-//     nothing is needed: a local peer's abort or death also reaches us over TCP.
+//     sleeps on the doorbell and wakes the ppoll() when it rings (after a window as long as
+//     shm's spin and yield phases in which waits only poll both, so a local peer that answers
+//     at once needs no relay). Without unfinished shm ops nothing is needed: a local peer's
+//     abort or death also reaches us over TCP.
 // The token packs this rank's doorbell (low 32 bits) and TCP's activity count (high 32 bits).
 //
 // Faults: signal_abort() goes out on both (with the first reason this rank knows of, so both
@@ -108,6 +110,7 @@ class MixedTransport final : public GroupTransport {
   bool progress_remote(Op& op);
   [[noreturn]] void rethrow_shm_error(const Error& e, int peer) const;
   uint64_t widen_tcp_token(uint32_t low) const;
+  bool poll_briefly(uint64_t tcp_token);
   void wait_without_bridge(uint32_t shm_token, uint64_t tcp_token, bool tcp_ops,
                            std::chrono::microseconds max_wait);
 
@@ -119,6 +122,9 @@ class MixedTransport final : public GroupTransport {
   // Executor's thread: sub-transports with ops left unfinished since the last wait.
   bool shm_pending_ = false;
   bool tcp_pending_ = false;
+  // Executor's thread: since when waits for TCP and shm ops only poll (poll_briefly()).
+  bool polling_ = false;
+  std::chrono::steady_clock::time_point poll_start_;
 
   std::mutex abort_mu_;
   std::optional<std::string> first_abort_;  // guarded by abort_mu_
