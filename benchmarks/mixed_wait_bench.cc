@@ -71,8 +71,8 @@ struct Row {
 // Ranks 0 and 1 ping-pong `iters` messages of `bytes`; other ranks only keep their transport up
 // (and, with `pending`, complete the receives ranks 0 and 1 keep pending from rank 2 at the end).
 Row measure(const std::string& name, int size,
-            const std::function<std::unique_ptr<Transport>(Rendezvous&, int, int)>& make,
-            int iters, size_t bytes, bool pending) {
+            const std::function<std::unique_ptr<Transport>(Rendezvous&, int, int)>& make, int iters,
+            size_t bytes, bool pending) {
   testing::InMemoryRendezvous rdv;
   const int batches = 20;
   std::vector<double> batch_us;

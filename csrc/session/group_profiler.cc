@@ -208,7 +208,8 @@ std::vector<LinkModel> GroupProfiler::network_links(const std::vector<LinkModel>
   if (!several_hosts || host_of_.size() != n) return out;
   for (size_t i = 0; i < n; ++i) {
     for (size_t j = 0; j < n; ++j) {
-      if (i != j && host_of_[i] == host_of_[j]) out[i * n + j].alpha_s = out[i * n + j].beta_s_per_byte = -1;
+      if (i != j && host_of_[i] == host_of_[j])
+        out[i * n + j].alpha_s = out[i * n + j].beta_s_per_byte = -1;
     }
   }
   return out;

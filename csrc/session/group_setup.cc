@@ -78,8 +78,7 @@ void check_settings_match(const std::vector<std::vector<std::string>>& hello, in
   }
 }
 
-TransportChoice decide(const Settings& s, const HostLayout& hosts, bool all_addresses,
-                       int rank) {
+TransportChoice decide(const Settings& s, const HostLayout& hosts, bool all_addresses, int rank) {
   TransportChoice chosen = s.transport;
   if (chosen == TransportChoice::Auto) {
     if (hosts.all_on_one_host()) {
@@ -93,11 +92,12 @@ TransportChoice decide(const Settings& s, const HostLayout& hosts, bool all_addr
   if (chosen == TransportChoice::Shm && !hosts.all_on_one_host()) {
     throw Error("stragg: rank " + std::to_string(rank) +
                 ": STRAGG_TRANSPORT=shm but the ranks are not on one host (different host, boot "
-                "or network namespace; ranks per host: " + hosts.describe() + ")");
+                "or network namespace; ranks per host: " +
+                hosts.describe() + ")");
   }
   if ((chosen == TransportChoice::Tcp || chosen == TransportChoice::Mixed) && !all_addresses) {
-    throw Error("stragg: rank " + std::to_string(rank) + ": STRAGG_TRANSPORT=" +
-                transport_choice_name(chosen) +
+    throw Error("stragg: rank " + std::to_string(rank) +
+                ": STRAGG_TRANSPORT=" + transport_choice_name(chosen) +
                 " needs every rank's address: set STRAGG_TCP_HOST (or use a TCPStore / "
                 "MASTER_ADDR, whose route picks it)");
   }
@@ -150,7 +150,8 @@ GroupSetup set_up_group(Rendezvous& rdv, int rank, int size, const Settings& set
   for (int r = 0; r < size; ++r) out.host_of.push_back(hosts.host_of(r));
   out.transport = decide(settings, hosts, all_addresses, rank);
   if (out.transport == TransportChoice::Shm) {
-    out.impl = std::make_unique<ShmTransport>(rdv, "shm", rank, size, shm_options(settings, timeout));
+    out.impl =
+        std::make_unique<ShmTransport>(rdv, "shm", rank, size, shm_options(settings, timeout));
   } else if (out.transport == TransportChoice::Tcp) {
     out.impl = std::make_unique<TcpTransport>(rdv, "tcp", rank, size,
                                               tcp_options(settings, address, timeout));

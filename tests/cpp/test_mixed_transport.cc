@@ -157,9 +157,8 @@ TEST(MixedTransport, RankAloneOnItsHostNeedsNoSharedMemory) {
 TEST(MixedTransport, SetupTimesOutNamingTheMissingRanksAndLeaksNothing) {
   MixedOptions opt = small_options();
   opt.tcp.setup_timeout = opt.shm.setup_timeout = std::chrono::milliseconds(300);
-  testing::check_setup_names_ranks_that_never_join(mixed_maker("AAB", opt), [] {
-    return count_open_fds() * 1000 + count_own_shm_entries();
-  });
+  testing::check_setup_names_ranks_that_never_join(
+      mixed_maker("AAB", opt), [] { return count_open_fds() * 1000 + count_own_shm_entries(); });
 }
 
 TEST(MixedTransport, ShmErrorsNameRanksOfTheWholeGroup) {
@@ -255,10 +254,12 @@ TEST(MixedTransport, RemoteAbortWakesARankWaitingOnlyForALocalPeer) {
   EXPECT_FALSE(ts[0]->progress(rv.op));
   ASSERT_TRUE(testing::eventually([&] { return mixed(ts[0]).helper_thread_id() != 0; }));
   const int helper = mixed(ts[0]).helper_thread_id();
-  EXPECT_EQ(testing::wake_sleeping_waiter(*ts[0], SYS_futex, [&] {
-              EXPECT_TRUE(eventually_sleeps_in(helper, SYS_ppoll)) << "helper not in TCP's wait";
-              ts[2]->signal_abort("rank 2 gives up");
-            }),
+  EXPECT_EQ(testing::wake_sleeping_waiter(*ts[0], SYS_futex,
+                                          [&] {
+                                            EXPECT_TRUE(eventually_sleeps_in(helper, SYS_ppoll))
+                                                << "helper not in TCP's wait";
+                                            ts[2]->signal_abort("rank 2 gives up");
+                                          }),
             "");
   EXPECT_EQ(ts[0]->abort_reason().value_or(""), "rank 2 gives up");
   EXPECT_GE(mixed(ts[0]).relayed_wakeups(), 1u);
@@ -278,10 +279,12 @@ TEST(MixedTransport, LocalDataWakesARankWaitingInTcp) {
   ASSERT_TRUE(testing::eventually([&] { return mixed(ts[0]).helper_thread_id() != 0; }));
   const int helper = mixed(ts[0]).helper_thread_id();
   SendOp s = testing::make_send(0, nullptr, 0, 5);
-  EXPECT_EQ(testing::wake_sleeping_waiter(*ts[0], SYS_ppoll, [&] {
-              EXPECT_TRUE(eventually_sleeps_in(helper, SYS_futex)) << "helper not on the doorbell";
-              testing::drive(*ts[1], &s, nullptr);
-            }),
+  EXPECT_EQ(testing::wake_sleeping_waiter(*ts[0], SYS_ppoll,
+                                          [&] {
+                                            EXPECT_TRUE(eventually_sleeps_in(helper, SYS_futex))
+                                                << "helper not on the doorbell";
+                                            testing::drive(*ts[1], &s, nullptr);
+                                          }),
             "");
   testing::drive(*ts[0], nullptr, &local.op);
   EXPECT_EQ(local.sink.header.step, 5u);
@@ -297,7 +300,8 @@ TEST(MixedTransport, DataWakesASleepingReceiverOnEitherSide) {
     EXPECT_FALSE(ts[0]->progress(rv.op));
     SendOp s = testing::make_send(0, nullptr, 0, 9);
     const long nr = sender == 2 ? SYS_ppoll : SYS_futex;
-    EXPECT_EQ(testing::wake_sleeping_waiter(*ts[0], nr, [&] { testing::drive(*ts[sender], &s, nullptr); }),
+    EXPECT_EQ(testing::wake_sleeping_waiter(*ts[0], nr,
+                                            [&] { testing::drive(*ts[sender], &s, nullptr); }),
               "")
         << "sender " << sender;
     testing::drive(*ts[0], nullptr, &rv.op);
@@ -441,11 +445,11 @@ std::string case_name(const ::testing::TestParamInfo<Case>& info) {
   return std::get<0>(info.param) + "_" + std::get<1>(info.param);
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    AllGenerators, MixedScheduleExecution,
-    ::testing::Combine(::testing::Values("ring", "rhd", "direct", "bcast", "stragglar", "optcc"),
-                       ::testing::Values("AABB", "ABABA")),
-    case_name);
+INSTANTIATE_TEST_SUITE_P(AllGenerators, MixedScheduleExecution,
+                         ::testing::Combine(::testing::Values("ring", "rhd", "direct", "bcast",
+                                                              "stragglar", "optcc"),
+                                            ::testing::Values("AABB", "ABABA")),
+                         case_name);
 
 }  // namespace
 }  // namespace stragg

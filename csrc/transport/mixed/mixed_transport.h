@@ -115,8 +115,8 @@ class MixedTransport final : public GroupTransport {
                            std::chrono::microseconds max_wait);
 
   HostLayout layout_;
-  std::unique_ptr<ShmTransport> shm_;  // this host's ranks, local numbering
-  std::unique_ptr<TcpTransport> tcp_;  // every rank, global numbering
+  std::unique_ptr<ShmTransport> shm_;   // this host's ranks, local numbering
+  std::unique_ptr<TcpTransport> tcp_;   // every rank, global numbering
   std::unique_ptr<WaitBridge> bridge_;  // with shm only; destroyed first
 
   // Executor's thread: sub-transports with ops left unfinished since the last wait.
