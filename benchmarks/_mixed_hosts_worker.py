@@ -75,7 +75,11 @@ def time_backends(groups: dict[str, Any], nbytes: int, reps: int, rank: int, n: 
                                  "samples_s": s}
         if b != "gloo":
             entry["plan"] = stragg.recent_calls(g)[-1]["plan"]
-            entry["transport"] = stragg.backend_stats(g)["transport"]
+            st = stragg.backend_stats(g)
+            entry["transport"] = st["transport"]
+            entry["relayed_wakeups"] = st.get("relayed_wakeups", 0)
+            entry["helper_handbacks"] = st.get("helper_handbacks", 0)
+            entry["calls"] = st["allreduce_calls"]
         row[b] = entry
     return row
 

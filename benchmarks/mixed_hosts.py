@@ -12,8 +12,9 @@ repetitions (spread min..max):
   gloo         Gloo's all_reduce
   tcp          stragg with STRAGG_TRANSPORT=tcp: every pair over TCP (host mates over loopback)
   mixed        stragg with STRAGG_TRANSPORT=mixed (what auto picks here)
-  ring bound   2 (n-1)/n * S over a host link (Ring's cross-host traffic per host NIC with the
-               ranks of a host adjacent in the ring: one stream out and one in per host)
+  ring bound   2 (n-1)/n * S over a host link, in ms (Ring's cross-host traffic per host NIC
+               with the ranks of a host adjacent in the ring: one stream out and one in per
+               host; RHD crosses hosts with less and can beat it)
 
 The CPU busy share of the machine's cores during the timed loops tells whether the network or the
 CPUs set the pace. Needs root (network namespaces).
@@ -60,16 +61,18 @@ def print_table(result: dict[str, Any], args: argparse.Namespace) -> None:
     n = result["n"]
     print(f"{args.hosts} hosts x {args.per_host} ranks, rate {args.rate}, median of {args.reps} "
           "(min..max)")
-    print(f"{'size':>7} {'algo':>6} {'gloo':>19} {'tcp':>19} {'mixed':>19} {'tcp/mixed':>9} "
-          f"{'bound':>6} {'cpu':>4}  plans")
-    fmt = lambda e: f"{e['median_s']:.3f} ({e['min_s']:.3f}..{e['max_s']:.3f})"  # noqa: E731
+    print(f"{'size':>7} {'algo':>6} {'gloo ms':>22} {'tcp ms':>22} {'mixed ms':>22} "
+          f"{'tcp/mixed':>9} {'ring bound':>10} {'cpu':>4}  plans")
+    fmt = lambda e: (f"{e['median_s'] * 1e3:.2f} ({e['min_s'] * 1e3:.2f}..{e['max_s'] * 1e3:.2f})")  # noqa: E731
     for row in result["rows"]:
         bound = ring_bound_s(n, row["bytes"], args.rate)
+        b = row["bytes"]
+        size = f"{b >> 20}MiB" if b >= 1 << 20 else f"{b >> 10}KiB"
         for a in args.algos:
             tcp, mixed = row[f"stragg:tcp:{a}"], row[f"stragg:mixed:{a}"]
-            print(f"{row['bytes'] >> 20:>4}MiB {a:>6} {fmt(row['gloo']):>19} {fmt(tcp):>19} "
-                  f"{fmt(mixed):>19} {tcp['median_s'] / mixed['median_s']:>9.2f} "
-                  f"{bound if bound is None else round(bound, 3)!s:>6} "
+            print(f"{size:>7} {a:>6} {fmt(row['gloo']):>22} {fmt(tcp):>22} "
+                  f"{fmt(mixed):>22} {tcp['median_s'] / mixed['median_s']:>9.2f} "
+                  f"{'-' if bound is None else f'{bound * 1e3:.1f}':>10} "
                   f"{row['cpu_busy'] * 100:>3.0f}%  {tcp['plan']} / {mixed['plan']} "
                   f"({tcp['transport']}, {mixed['transport']})")
 

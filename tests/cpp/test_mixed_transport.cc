@@ -240,6 +240,14 @@ TEST(MixedTransport, NumelMismatchRaisesEverywhere) {
 // ------------------------------------------------------------------------------------------------
 // Wake-ups across the two sub-transports. Ranks 0 and 1 share host A, rank 2 is on host B.
 
+// Without shm's spin and yield window (in which waits with shm ops do not sleep yet, see
+// WaitsSpinOrPollBrieflyThenSleep): the checks below see a wait go to sleep at once.
+MixedOptions no_spin() {
+  MixedOptions o = small_options();
+  o.shm.spin_us = o.shm.yield_us = 0;
+  return o;
+}
+
 // True once `tid` sleeps in system call `nr`.
 bool eventually_sleeps_in(int tid, long nr) {
   return testing::eventually([&] { return tid != 0 && testing::sleeps_in(tid, nr); });
@@ -249,7 +257,7 @@ bool eventually_sleeps_in(int tid, long nr) {
 // group, its helper sleeps in TCP's ppoll(); a remote abort reaches it through the helper.
 TEST(MixedTransport, RemoteAbortWakesARankWaitingOnlyForALocalPeer) {
   InMemoryRendezvous rdv;
-  auto ts = testing::make_group(rdv, 3, mixed_maker("AAB"));
+  auto ts = testing::make_group(rdv, 3, mixed_maker("AAB", no_spin()));
   Receive rv(1);
   EXPECT_FALSE(ts[0]->progress(rv.op));
   ASSERT_TRUE(testing::eventually([&] { return mixed(ts[0]).helper_thread_id() != 0; }));
@@ -266,13 +274,10 @@ TEST(MixedTransport, RemoteAbortWakesARankWaitingOnlyForALocalPeer) {
 }
 
 // Rank 0 waits for a remote and a local message: it sleeps in TCP's ppoll(), its helper on the
-// doorbell; the local message wakes it through the helper. (Without the spin and yield window,
-// in which such waits only poll.)
+// doorbell; the local message wakes it through the helper.
 TEST(MixedTransport, LocalDataWakesARankWaitingInTcp) {
   InMemoryRendezvous rdv;
-  MixedOptions opt = small_options();
-  opt.shm.spin_us = opt.shm.yield_us = 0;
-  auto ts = testing::make_group(rdv, 3, mixed_maker("AAB", opt));
+  auto ts = testing::make_group(rdv, 3, mixed_maker("AAB", no_spin()));
   Receive remote(2), local(1);
   EXPECT_FALSE(ts[0]->progress(remote.op));
   EXPECT_FALSE(ts[0]->progress(local.op));
@@ -295,7 +300,7 @@ TEST(MixedTransport, LocalDataWakesARankWaitingInTcp) {
 TEST(MixedTransport, DataWakesASleepingReceiverOnEitherSide) {
   for (int sender : {2, 1}) {
     InMemoryRendezvous rdv;
-    auto ts = testing::make_group(rdv, 3, mixed_maker("AAB"));
+    auto ts = testing::make_group(rdv, 3, mixed_maker("AAB", no_spin()));
     Receive rv(sender);
     EXPECT_FALSE(ts[0]->progress(rv.op));
     SendOp s = testing::make_send(0, nullptr, 0, 9);
@@ -322,30 +327,42 @@ TEST(MixedTransport, LocalAbortWakesARankWaitingOnlyForARemotePeer) {
   EXPECT_EQ(ts[0]->abort_reason().value_or(""), "rank 1 gives up");
 }
 
-// With a spin and yield window, a wait for a remote and a local message first only polls: it
-// returns at once (the caller progresses again) until the window is over, then sleeps.
-TEST(MixedTransport, WaitForBothSidesPollsBrieflyThenSleeps) {
-  InMemoryRendezvous rdv;
-  MixedOptions opt = small_options();
-  opt.shm.spin_us = 0;
-  opt.shm.yield_us = 500000;
-  auto ts = testing::make_group(rdv, 3, mixed_maker("AAB", opt));
-  Receive remote(2), local(1);
-  EXPECT_FALSE(ts[0]->progress(remote.op));
-  EXPECT_FALSE(ts[0]->progress(local.op));
-  const auto start = std::chrono::steady_clock::now();
-  for (int i = 0; i < 3; ++i) {  // each returns at once (a hang here fails at the ctest limit)
-    ts[0]->wait_for_activity(ts[0]->activity_token(), testing::kLongWait);
-    EXPECT_FALSE(ts[0]->progress(remote.op));  // the caller progresses between waits
+// Within the spin and yield window after the last op moved, a wait for a remote and a local
+// message only polls (it returns at once and the caller progresses again), and a wait for a
+// local message only spins and yields until the window ends (as in a shm group) without the
+// helper; past the window both sleep, woken through the helper.
+TEST(MixedTransport, WaitsSpinOrPollBrieflyThenSleep) {
+  for (bool both : {true, false}) {
+    SCOPED_TRACE(both ? "remote and local receive" : "local receive");
+    InMemoryRendezvous rdv;
+    MixedOptions opt = small_options();
+    opt.shm.spin_us = 0;
+    opt.shm.yield_us = 500000;
+    auto ts = testing::make_group(rdv, 3, mixed_maker("AAB", opt));
+    Receive remote(2), local(1);
+    const auto start = std::chrono::steady_clock::now();
+    const int waits = both ? 3 : 1;
+    for (int i = 0; i < waits; ++i) {  // each returns within the window
+      if (both) {
+        EXPECT_FALSE(ts[0]->progress(remote.op));
+      }
+      EXPECT_FALSE(ts[0]->progress(local.op));
+      ts[0]->wait_for_activity(ts[0]->activity_token(), testing::kLongWait);
+    }
+    EXPECT_LT(std::chrono::steady_clock::now() - start, testing::kHangGuard);
+    EXPECT_EQ(mixed(ts[0]).relayed_wakeups(), 0u);
+    if (both) {
+      EXPECT_FALSE(ts[0]->progress(remote.op));
+    }
     EXPECT_FALSE(ts[0]->progress(local.op));
+    // Past the window (which started at the first wait): the wait sleeps until woken.
+    std::this_thread::sleep_until(start + std::chrono::milliseconds(600));
+    SendOp s = testing::make_send(0, nullptr, 0, 3);
+    EXPECT_EQ(testing::wake_sleeping_waiter(*ts[0], both ? SYS_ppoll : SYS_futex,
+                                            [&] { testing::drive(*ts[1], &s, nullptr); }),
+              "");
+    EXPECT_EQ(mixed(ts[0]).relayed_wakeups(), both ? 1u : 0u);
   }
-  EXPECT_LT(std::chrono::steady_clock::now() - start, testing::kHangGuard);
-  SendOp s = testing::make_send(0, nullptr, 0, 3);
-  // Past the window (which started at the first wait): the wait sleeps until woken.
-  std::this_thread::sleep_until(start + std::chrono::milliseconds(600));
-  EXPECT_EQ(testing::wake_sleeping_waiter(*ts[0], SYS_ppoll,
-                                          [&] { testing::drive(*ts[1], &s, nullptr); }),
-            "");
 }
 
 // ------------------------------------------------------------------------------------------------

@@ -117,6 +117,8 @@ const char* MixedTransport::peer_transport(int peer) const {
 
 uint64_t MixedTransport::relayed_wakeups() const { return bridge_ ? bridge_->relayed() : 0; }
 
+uint64_t MixedTransport::helper_handbacks() const { return bridge_ ? bridge_->handbacks() : 0; }
+
 int MixedTransport::helper_thread_id() const { return bridge_ ? bridge_->thread_id() : 0; }
 
 // Rethrows an error of the shm sub-transport naming ranks globally; keeps TimeoutError a
@@ -219,34 +221,47 @@ void MixedTransport::wait_for_activity(uint64_t token, std::chrono::microseconds
     wait_without_bridge(shm_token, tcp_token, tcp_ops, max_wait);
     return;
   }
+  const std::chrono::microseconds window = busy_window_left();
   if (!tcp_ops) {
+    if (window.count() > 0) {  // as in a shm group: spin and yield, no helper yet
+      shm_->wait_for_activity(shm_token, std::min(window, max_wait));
+      return;
+    }
     bridge_->watch_tcp(tcp_token);
     shm_->wait_for_activity(shm_token, max_wait);
     return;
   }
   bridge_->release_tcp();
-  if (shm_ops && poll_briefly(tcp_token)) return;
+  if (shm_ops && window.count() > 0) {  // poll both without sleeping; the caller progresses
+    if (window < shm_yield_window()) sched_yield();
+    tcp_->wait_for_activity(tcp_token, std::chrono::microseconds(0));
+    return;
+  }
   if (shm_ops) bridge_->watch_shm(shm_token);
   tcp_->wait_for_activity(tcp_token, max_wait);
   if (shm_ops) bridge_->end_watch_shm();
 }
 
-// A wait for TCP and shm ops at once starts like a shm wait: for spin_us + yield_us after the
-// last op moved, each wait only polls TCP without sleeping (yielding the CPU after spin_us) and
-// returns, so the caller progresses the ops again; a local peer that answers within that window
-// is seen without the helper's relay (two thread wake-ups). True while the window lasts.
-bool MixedTransport::poll_briefly(uint64_t tcp_token) {
+// Waits with shm ops start like a shm group's: for spin_us + yield_us after the last op moved
+// they do not sleep (the shm wait spins, then yields; a wait for TCP and shm ops at once polls
+// TCP without sleeping and returns, so the caller progresses the ops again). A peer that
+// answers within that window is seen without the helper (whose relay costs two thread
+// wake-ups); only longer waits engage it. Returns what is left of the window (0: over).
+std::chrono::microseconds MixedTransport::busy_window_left() {
   const auto now = std::chrono::steady_clock::now();
   const ShmOptions& o = shm_->options();
   if (!polling_) {
     polling_ = true;
     poll_start_ = now;
   }
-  const auto spent = now - poll_start_;
-  if (spent >= std::chrono::microseconds(o.spin_us + o.yield_us)) return false;
-  if (spent >= std::chrono::microseconds(o.spin_us)) sched_yield();
-  tcp_->wait_for_activity(tcp_token, std::chrono::microseconds(0));
-  return true;
+  const auto left = poll_start_ + std::chrono::microseconds(o.spin_us + o.yield_us) - now;
+  return std::max(std::chrono::microseconds(0),
+                  std::chrono::duration_cast<std::chrono::microseconds>(left));
+}
+
+// The yield part of the window (spin_us first, then yield_us).
+std::chrono::microseconds MixedTransport::shm_yield_window() const {
+  return std::chrono::microseconds(shm_->options().yield_us);
 }
 
 void MixedTransport::wait_without_bridge(uint32_t shm_token, uint64_t tcp_token, bool tcp_ops,

@@ -17,14 +17,15 @@
 // is progressed). Waiting: the executor's thread sleeps on the sub-transport whose ops it waits
 // for, and a helper thread (wait_bridge.h) watches the other one:
 //   - no TCP op left unfinished since the last wait (shm ops only, or nothing: agreement,
-//     arrivals): sleep on the shm doorbell exactly as a shm-only group does (spin, yield, futex),
-//     so shm-only steps pay nothing; the helper sleeps in TCP's wait and rings the doorbell on
-//     TCP news (a remote abort or death).
-//   - TCP ops unfinished: sleep in TCP's ppoll(); if shm ops are unfinished too, the helper
-//     sleeps on the doorbell and wakes the ppoll() when it rings (after a window as long as
-//     shm's spin and yield phases in which waits only poll both, so a local peer that answers
-//     at once needs no relay). Without unfinished shm ops nothing is needed: a local peer's
-//     abort or death also reaches us over TCP.
+//     arrivals): wait on the shm doorbell exactly as a shm-only group does (spin, yield, futex),
+//     so shm-only steps pay nothing; once the spin and yield window is over (a long wait), the
+//     helper sleeps in TCP's wait meanwhile and rings the doorbell on TCP news (a remote abort
+//     or death).
+//   - TCP ops unfinished: sleep in TCP's ppoll(). If shm ops are unfinished too, waits first
+//     only poll both for the spin and yield window (a local peer that answers at once needs no
+//     relay), then the helper sleeps on the doorbell and wakes the ppoll() when it rings.
+//     Without unfinished shm ops nothing is needed: a local peer's abort or death also reaches
+//     us over TCP.
 // The token packs this rank's doorbell (low 32 bits) and TCP's activity count (high 32 bits).
 //
 // Faults: signal_abort() goes out on both (with the first reason this rank knows of, so both
@@ -99,6 +100,8 @@ class MixedTransport final : public GroupTransport {
   const TcpTransport& tcp() const { return *tcp_; }
   // Wake-ups the helper thread passed between the sub-transports (0 without shm).
   uint64_t relayed_wakeups() const;
+  // Times the executor's thread waited for the helper to leave TCP's wait (release_tcp()).
+  uint64_t helper_handbacks() const;
   // The helper thread's kernel thread id once it runs (0 before, and without shm), for tests.
   int helper_thread_id() const;
 
@@ -110,7 +113,8 @@ class MixedTransport final : public GroupTransport {
   bool progress_remote(Op& op);
   [[noreturn]] void rethrow_shm_error(const Error& e, int peer) const;
   uint64_t widen_tcp_token(uint32_t low) const;
-  bool poll_briefly(uint64_t tcp_token);
+  std::chrono::microseconds busy_window_left();
+  std::chrono::microseconds shm_yield_window() const;
   void wait_without_bridge(uint32_t shm_token, uint64_t tcp_token, bool tcp_ops,
                            std::chrono::microseconds max_wait);
 
@@ -122,7 +126,8 @@ class MixedTransport final : public GroupTransport {
   // Executor's thread: sub-transports with ops left unfinished since the last wait.
   bool shm_pending_ = false;
   bool tcp_pending_ = false;
-  // Executor's thread: since when waits for TCP and shm ops only poll (poll_briefly()).
+  // Executor's thread: since when waits spin, yield or poll instead of sleeping
+  // (busy_window_left()).
   bool polling_ = false;
   std::chrono::steady_clock::time_point poll_start_;
 

@@ -25,6 +25,7 @@ void add_peer_transport_stats(Transport* t, std::map<std::string, int64_t>& stat
     stats["host_index"] = mixed->layout().host_of(t->rank());
     stats["hosts"] = mixed->layout().num_hosts();
     stats["relayed_wakeups"] = static_cast<int64_t>(mixed->relayed_wakeups());
+    stats["helper_handbacks"] = static_cast<int64_t>(mixed->helper_handbacks());
   }
 }
 

@@ -3,8 +3,9 @@
 //                         backend_stats turns them into {"peer_transports": {q: "shm"|"tcp"}});
 //   "shm_peers", "tcp_peers": how many peers each carries;
 // and, for the mixed transport, "host_index" (this rank's host, numbered by lowest rank),
-// "hosts" (hosts in the group) and "relayed_wakeups" (wake-ups its helper thread passed between
-// the two sub-transports).
+// "hosts" (hosts in the group), "relayed_wakeups" (wake-ups its helper thread passed between
+// the two sub-transports) and "helper_handbacks" (times the executor waited for the helper to
+// leave TCP's wait before using TCP itself).
 #pragma once
 
 #include <cstdint>

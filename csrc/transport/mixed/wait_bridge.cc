@@ -55,6 +55,7 @@ void WaitBridge::release_tcp() {
   job_ = Job::None;
   ++gen_;
   if (!in_tcp_) return;  // the helper never started the job (it sees job_ == None)
+  handbacks_.fetch_add(1);
   tcp_.wake();
   to_executor_.wait(lock, [this] { return !in_tcp_; });
 }

@@ -52,6 +52,8 @@ class WaitBridge {
   bool failed() const { return failed_.load(); }
   // Wake-ups the helper passed on (rings of the doorbell for TCP news, TCP wakes for rings).
   uint64_t relayed() const { return relayed_.load(); }
+  // Times release_tcp() waited for the helper to leave TCP's wait.
+  uint64_t handbacks() const { return handbacks_.load(); }
   // The helper's kernel thread id once it runs (0 before).
   int thread_id() const { return tid_.load(); }
 
@@ -80,6 +82,7 @@ class WaitBridge {
   bool watching_tcp_ = false;  // executor's thread only
   std::atomic<bool> failed_{false};
   std::atomic<uint64_t> relayed_{0};
+  std::atomic<uint64_t> handbacks_{0};
   std::atomic<int> tid_{0};
   std::thread thread_;  // last: starts once the fields above exist
 };
