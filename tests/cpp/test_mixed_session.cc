@@ -15,6 +15,7 @@
 #include <thread>
 #include <vector>
 
+#include "plan/link_probe.h"
 #include "runtime/error.h"
 #include "runtime/host_identity.h"
 #include "session/session.h"
@@ -172,6 +173,45 @@ TEST(MixedSession, WithoutAddressesAutoFallsBackToGlooAcrossHosts) {
     names[r] = s.transport_name();
   });
   EXPECT_EQ(names, std::vector<std::string>(4, "gloo"));
+}
+
+// The link probes measure every link, but only the links between hosts describe the network:
+// the analysis (degraded ranks, reference model) leaves the host mates' shared memory out.
+TEST(MixedSession, LinkAnalysisLooksAtLinksBetweenHostsOnly) {
+  const int n = 4;
+  const std::string letters = "AAAB";  // rank 3 alone on host B
+  InMemoryRendezvous rdv;
+  std::vector<LinkAnalysis> analysis(n);
+  std::vector<std::vector<LinkModel>> matrix(n);
+  run_ranks(n, [&](int r) {
+    ScopedHostIdentity host(std::string("host-") + letters[r]);
+    Session s(rdv, options(r, n));
+    std::promise<std::exception_ptr> done;
+    s.measure_links([&done](std::exception_ptr e) { done.set_value(e); });
+    EXPECT_EQ(done.get_future().get(), nullptr);
+    analysis[r] = s.link_analysis();
+    matrix[r] = s.link_matrix();
+  });
+  const auto& m = matrix[0];
+  for (int i = 0; i < n; ++i) {
+    for (int j = 0; j < n; ++j) {
+      if (i == j) continue;
+      EXPECT_GE(m[i * n + j].alpha_s, 0) << i << " -> " << j << " not measured";
+    }
+  }
+  const LinkAnalysis& a = analysis[0];
+  for (int r = 0; r < 3; ++r) {  // host A's only links off the host go to rank 3
+    EXPECT_EQ(a.send_beta[r], m[r * n + 3].beta_s_per_byte) << "rank " << r;
+    EXPECT_EQ(a.recv_beta[r], m[3 * n + r].beta_s_per_byte) << "rank " << r;
+  }
+  double fastest_from_3 = m[3 * n + 0].beta_s_per_byte;
+  for (int j = 1; j < 3; ++j)
+    fastest_from_3 = std::min(fastest_from_3, m[3 * n + j].beta_s_per_byte);
+  EXPECT_EQ(a.send_beta[3], fastest_from_3);
+  for (int r = 1; r < n; ++r) {
+    EXPECT_EQ(analysis[r].send_beta, a.send_beta) << "ranks disagree";
+    EXPECT_EQ(analysis[r].degraded.size(), a.degraded.size());
+  }
 }
 
 // An arrival board shared by the rank threads (the backend's stands on the c10d store).
