@@ -41,9 +41,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     cfg = {"sizes": args.sizes, "reps": args.reps, "backends": backends,
            "timeout_s": args.timeout}
     with EmuCluster(hosts=args.hosts, rate=args.rate, name="benchmix") as c:
-        res = c.run([sys.executable, str(HERE / "_mixed_hosts_worker.py")], timeout=args.timeout * 4,
-                    nproc_per_node=args.per_host, env={"BENCH_CONFIG": json.dumps(cfg),
-                                                       "OMP_NUM_THREADS": "1"}, output=None)
+        env = {"BENCH_CONFIG": json.dumps(cfg), "OMP_NUM_THREADS": "1"}
+        res = c.run([sys.executable, str(HERE / "_mixed_hosts_worker.py")],
+                    timeout=args.timeout * 4, nproc_per_node=args.per_host, env=env, output=None)
     label = "h0" if args.per_host == 1 else "h0.0"
     for line in res.output(label).splitlines():
         if "RESULT " in line:
@@ -63,7 +63,10 @@ def print_table(result: dict[str, Any], args: argparse.Namespace) -> None:
           "(min..max)")
     print(f"{'size':>7} {'algo':>6} {'gloo ms':>22} {'tcp ms':>22} {'mixed ms':>22} "
           f"{'tcp/mixed':>9} {'ring bound':>10} {'cpu':>4}  plans")
-    fmt = lambda e: (f"{e['median_s'] * 1e3:.2f} ({e['min_s'] * 1e3:.2f}..{e['max_s'] * 1e3:.2f})")  # noqa: E731
+
+    def fmt(e: dict[str, Any]) -> str:
+        return f"{e['median_s'] * 1e3:.2f} ({e['min_s'] * 1e3:.2f}..{e['max_s'] * 1e3:.2f})"
+
     for row in result["rows"]:
         bound = ring_bound_s(n, row["bytes"], args.rate)
         b = row["bytes"]

@@ -12,8 +12,9 @@ tests/scripts/netns_rank.py inside its host's namespace with RANK / WORLD_SIZE /
 MASTER_PORT set by the cluster.
 
 Checks: ranks in different namespaces are not treated as one host (transport is not "shm":
-"tcp", or "mixed" with two ranks per host; with STRAGG_TRANSPORT=tcp it is "tcp"), all_reduce results match a reference and are bitwise
-identical across ranks, and a rank killed on the other host is detected promptly.
+"tcp", or "mixed" with two ranks per host; with STRAGG_TRANSPORT=tcp it is "tcp"), all_reduce
+results match a reference and are bitwise identical across ranks, and a rank killed on the other
+host is detected promptly.
 
 Skips (with the reason) when namespaces cannot be created; FAILS then under STRAGG_TEST_REQUIRE=1.
 """
@@ -137,7 +138,8 @@ def test_ranks_in_two_namespaces_are_not_one_host(two_hosts: Any, world: int) ->
         for res in results:
             peers = res["stats_before"]["peer_transports"]
             r = res["rank"]
-            assert peers == {str(q): "shm" if q % 2 == r % 2 else "tcp" for q in range(world) if q != r}
+            expected = {str(q): "shm" if q % 2 == r % 2 else "tcp" for q in range(world) if q != r}
+            assert peers == expected, (r, peers)
 
 
 @pytest.mark.stragg_only
