@@ -11,9 +11,10 @@ bridge. Rank 0's host address is MASTER_ADDR (the TCPStore). Each rank runs
 tests/scripts/netns_rank.py inside its host's namespace with RANK / WORLD_SIZE / MASTER_ADDR /
 MASTER_PORT set by the cluster.
 
-Checks: ranks in different namespaces are not treated as one host (transport is not "shm";
-with STRAGG_TRANSPORT=tcp it is "tcp"), all_reduce results match a reference and are bitwise
-identical across ranks, and a rank killed on the other host is detected promptly.
+Checks: ranks in different namespaces are not treated as one host (transport is not "shm":
+"tcp", or "mixed" with two ranks per host; with STRAGG_TRANSPORT=tcp it is "tcp"), all_reduce
+results match a reference and are bitwise identical across ranks, and a rank killed on the other
+host is detected promptly.
 
 Skips (with the reason) when namespaces cannot be created; FAILS then under STRAGG_TEST_REQUIRE=1.
 """
@@ -127,14 +128,18 @@ def _transports(results: list[dict]) -> list[str]:
 
 @pytest.mark.parametrize("world", [2, 4])
 def test_ranks_in_two_namespaces_are_not_one_host(two_hosts: Any, world: int) -> None:
-    """STRAGG_TRANSPORT unset (auto): never shared memory across hosts; results correct."""
+    """STRAGG_TRANSPORT unset (auto): never shared memory across hosts (TCP with one rank per
+    host, the mixed transport with two: shared memory only to the host mate); results correct."""
     results, logs = _run(two_hosts, world, "check", transport=None)
     _check_results(results, logs)
     if _harness.is_stragg():
         transports = _transports(results)
-        assert "shm" not in transports, transports
-        assert len(set(transports)) == 1, transports
-        assert transports[0] in ("gloo", "tcp"), transports
+        assert transports == ["tcp" if world == 2 else "mixed"] * world, transports
+        for res in results:
+            peers = res["stats_before"]["peer_transports"]
+            r = res["rank"]
+            expected = {str(q): "shm" if q % 2 == r % 2 else "tcp" for q in range(world) if q != r}
+            assert peers == expected, (r, peers)
 
 
 @pytest.mark.stragg_only

@@ -144,15 +144,16 @@ E choice_of(const SettingValue& v, const std::array<const char*, N>& names,
   reject(v, accepted);
 }
 
-constexpr std::array<const char*, 4> kTransportNames = {"auto", "shm", "tcp", "gloo"};
+constexpr std::array<const char*, 5> kTransportNames = {"auto", "shm", "tcp", "gloo", "mixed"};
 constexpr std::array<const char*, 3> kDebugNames = {"off", "info", "detail"};
 
 const std::vector<Row>& rows() {
   static const std::vector<Row> table = {
-      {{"transport", "STRAGG_TRANSPORT", "choice", "auto", "one of auto, shm, tcp, gloo",
+      {{"transport", "STRAGG_TRANSPORT", "choice", "auto", "one of auto, shm, tcp, mixed, gloo",
         "auto: shared memory when all ranks are on one host (same boot and network namespace), "
-        "TCP across hosts; shm / tcp: force one; gloo: run the reduction on the inner Gloo "
-        "backend (same semantics, no stragg transport)",
+        "TCP when every rank is alone on its host, mixed otherwise; mixed: shared memory to the "
+        "ranks on the same host and TCP to the others; shm / tcp / mixed: force one; gloo: run "
+        "the reduction on the inner Gloo backend (same semantics, no stragg transport)",
         true},
        [](Settings& s, const SettingValue& v, const std::string& a) {
          s.transport = choice_of<TransportChoice>(v, kTransportNames, a);

@@ -28,9 +28,10 @@ class SettingsError : public Error {
   explicit SettingsError(const std::string& what) : Error(what) {}
 };
 
-// Where all_reduce runs: shared memory (one host), TCP (several hosts), or the inner Gloo
-// backend; Auto picks per group at setup.
-enum class TransportChoice : uint8_t { Auto = 0, Shm, Tcp, Gloo };
+// Where all_reduce runs: shared memory (one host), TCP (several hosts), shared memory to the
+// ranks of the same host and TCP to the others (Mixed), or the inner Gloo backend; Auto picks
+// per group at setup.
+enum class TransportChoice : uint8_t { Auto = 0, Shm, Tcp, Gloo, Mixed };
 const char* transport_choice_name(TransportChoice t);
 
 // Who straggles, as configured (STRAGG_STRAGGLER): nobody, a known rank, the profiler's

@@ -7,6 +7,7 @@
 #include <cerrno>
 #include <fstream>
 #include <sstream>
+#include <utility>
 
 namespace stragg {
 namespace {
@@ -25,9 +26,19 @@ std::string read_first_line(const char* path) {
   return line;
 }
 
+thread_local const std::string* identity_override = nullptr;
+
 }  // namespace
 
+ScopedHostIdentity::ScopedHostIdentity(std::string identity)
+    : identity_(std::move(identity)), previous_(identity_override) {
+  identity_override = &identity_;
+}
+
+ScopedHostIdentity::~ScopedHostIdentity() { identity_override = previous_; }
+
 std::string host_identity() {
+  if (identity_override != nullptr) return *identity_override;
   char name[256] = {0};
   if (gethostname(name, sizeof(name) - 1) != 0) name[0] = '\0';
   std::ostringstream id;

@@ -11,6 +11,20 @@ namespace stragg {
 // use the shared-memory transport.
 std::string host_identity();
 
+// For tests that play several hosts with threads of one process: while one is alive,
+// host_identity() on the thread that made it returns `identity` (they nest).
+class ScopedHostIdentity {
+ public:
+  explicit ScopedHostIdentity(std::string identity);
+  ~ScopedHostIdentity();
+  ScopedHostIdentity(const ScopedHostIdentity&) = delete;
+  ScopedHostIdentity& operator=(const ScopedHostIdentity&) = delete;
+
+ private:
+  std::string identity_;
+  const std::string* previous_;
+};
+
 // Inode of this process's pid namespace: pids of peers can only be checked for liveness when it
 // matches ours.
 unsigned long pid_namespace_id();

@@ -43,12 +43,12 @@ std::string degraded_text(const std::vector<Slowdown>& d) {
 }  // namespace
 
 GroupProfiler::GroupProfiler(int rank, int n, const Settings& settings, Planner& planner,
-                             std::string group, bool links_can_degrade)
+                             std::string group, std::vector<int> host_of)
     : rank_(rank),
       n_(n),
       settings_(settings.profiler_settings()),
       probe_every_(settings.probe_every),
-      links_can_degrade_(links_can_degrade),
+      host_of_(std::move(host_of)),
       planner_(planner),
       group_(std::move(group)),
       link_(settings.link_model()) {
@@ -206,9 +206,28 @@ std::vector<LinkModel> GroupProfiler::probe_matrix(Executor& ex, const InternalS
   return matrix;
 }
 
+// The links between hosts (the others marked unmeasured) when the group spans several hosts,
+// else all of them.
+std::vector<LinkModel> GroupProfiler::network_links(const std::vector<LinkModel>& matrix) const {
+  std::vector<LinkModel> out = matrix;
+  const size_t n = static_cast<size_t>(n_);
+  bool several_hosts = false;
+  for (size_t i = 0; i < n && i < host_of_.size(); ++i) several_hosts |= host_of_[i] != host_of_[0];
+  if (!several_hosts || host_of_.size() != n) return out;
+  for (size_t i = 0; i < n; ++i) {
+    for (size_t j = 0; j < n; ++j) {
+      if (i != j && host_of_[i] == host_of_[j])
+        out[i * n + j].alpha_s = out[i * n + j].beta_s_per_byte = -1;
+    }
+  }
+  return out;
+}
+
 void GroupProfiler::install(const std::vector<LinkModel>& matrix) {
-  LinkAnalysis a = analyze_links(matrix, n_, kDegradedThreshold);
-  if (!links_can_degrade_) a.degraded.clear();
+  LinkAnalysis a = analyze_links(network_links(matrix), n_, kDegradedThreshold);
+  if (std::all_of(host_of_.begin(), host_of_.end(), [&](int h) { return h == host_of_[0]; })) {
+    a.degraded.clear();  // one host: no network
+  }
   NetworkModel net;
   net.link = a.reference;
   net.degraded = a.degraded;

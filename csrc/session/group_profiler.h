@@ -29,11 +29,13 @@ using InternalSpec = std::function<CollectiveSpec(const char* name, DType dtype,
 
 class GroupProfiler {
  public:
-  // `links_can_degrade`: the transport crosses a network whose links may differ (TCP); on one
-  // host (shared memory) differences between probed links are scheduling noise, not degraded
-  // links, and are not reported as such.
+  // `host_of`: the host index of every rank (group_setup). Only links between hosts can be
+  // degraded: on one host (shared memory) differences between probed links are scheduling
+  // noise, not degraded links, and are not reported as such; in a group that spans hosts with
+  // several ranks on some (the mixed transport), the links within a host are left out of the
+  // degradation analysis and of the reference model, which then describe the network.
   GroupProfiler(int rank, int n, const Settings& settings, Planner& planner, std::string group,
-                bool links_can_degrade);
+                std::vector<int> host_of);
 
   // Worker thread, at the start of a call: runs a periodic link probe that is due.
   void before_call(Executor& ex, const InternalSpec& spec, std::chrono::milliseconds timeout);
@@ -74,12 +76,13 @@ class GroupProfiler {
   std::vector<LinkModel> probe_matrix(Executor& ex, const InternalSpec& spec,
                                       std::chrono::milliseconds timeout, size_t bytes_each,
                                       int repetitions);
+  std::vector<LinkModel> network_links(const std::vector<LinkModel>& matrix) const;
 
   const int rank_;
   const int n_;
   const ProfilerSettings settings_;
   const int probe_every_;
-  const bool links_can_degrade_;
+  const std::vector<int> host_of_;
   Planner& planner_;
   const std::string group_;
 

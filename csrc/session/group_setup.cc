@@ -6,6 +6,8 @@
 #include "runtime/error.h"
 #include "runtime/host_identity.h"
 #include "runtime/log.h"
+#include "transport/mixed/host_layout.h"
+#include "transport/mixed/mixed_transport.h"
 #include "transport/shm/shm_transport.h"
 #include "transport/tcp/tcp_transport.h"
 
@@ -76,23 +78,50 @@ void check_settings_match(const std::vector<std::vector<std::string>>& hello, in
   }
 }
 
-TransportChoice decide(const Settings& s, bool same_host, bool all_addresses, int rank) {
+TransportChoice decide(const Settings& s, const HostLayout& hosts, bool all_addresses, int rank) {
   TransportChoice chosen = s.transport;
   if (chosen == TransportChoice::Auto) {
-    chosen = same_host ? TransportChoice::Shm
-                       : (all_addresses ? TransportChoice::Tcp : TransportChoice::Gloo);
+    if (hosts.all_on_one_host()) {
+      chosen = TransportChoice::Shm;
+    } else if (!all_addresses) {
+      chosen = TransportChoice::Gloo;
+    } else {
+      chosen = hosts.every_rank_alone() ? TransportChoice::Tcp : TransportChoice::Mixed;
+    }
   }
-  if (chosen == TransportChoice::Shm && !same_host) {
+  if (chosen == TransportChoice::Shm && !hosts.all_on_one_host()) {
     throw Error("stragg: rank " + std::to_string(rank) +
                 ": STRAGG_TRANSPORT=shm but the ranks are not on one host (different host, boot "
-                "or network namespace)");
+                "or network namespace; ranks per host: " +
+                hosts.describe() + ")");
   }
-  if (chosen == TransportChoice::Tcp && !all_addresses) {
+  if ((chosen == TransportChoice::Tcp || chosen == TransportChoice::Mixed) && !all_addresses) {
     throw Error("stragg: rank " + std::to_string(rank) +
-                ": STRAGG_TRANSPORT=tcp needs every rank's address: set STRAGG_TCP_HOST (or use "
-                "a TCPStore / MASTER_ADDR, whose route picks it)");
+                ": STRAGG_TRANSPORT=" + transport_choice_name(chosen) +
+                " needs every rank's address: set STRAGG_TCP_HOST (or use a TCPStore / "
+                "MASTER_ADDR, whose route picks it)");
   }
   return chosen;
+}
+
+ShmOptions shm_options(const Settings& settings, std::chrono::milliseconds timeout) {
+  ShmOptions o;
+  o.slot_bytes = settings.shm_slot_bytes;
+  o.num_slots = settings.shm_slots;
+  o.spin_us = settings.spin_us;
+  o.yield_us = settings.yield_us;
+  o.setup_timeout = timeout;
+  return o;
+}
+
+TcpOptions tcp_options(const Settings& settings, const std::string& address,
+                       std::chrono::milliseconds timeout) {
+  TcpOptions o;
+  o.advertise_host = address;
+  o.port = settings.tcp_port;
+  o.staging_bytes = settings.tcp_staging_bytes;
+  o.setup_timeout = timeout;
+  return o;
 }
 
 }  // namespace
@@ -108,29 +137,27 @@ GroupSetup set_up_group(Rendezvous& rdv, int rank, int size, const Settings& set
   check_settings_match(hello, rank);
   GroupSetup out;
   bool all_addresses = true;
+  std::vector<std::string> identities;
   for (const auto& h : hello) {
     if (h.size() < 2) {
       throw Error("stragg: rank " + std::to_string(rank) + ": bad setup record from a peer");
     }
-    out.same_host = out.same_host && h[0] == hello[0][0];
+    identities.push_back(h[0]);
     all_addresses = all_addresses && h[1] != "-";
   }
-  out.transport = decide(settings, out.same_host, all_addresses, rank);
+  const HostLayout hosts(identities);
+  out.same_host = hosts.all_on_one_host();
+  for (int r = 0; r < size; ++r) out.host_of.push_back(hosts.host_of(r));
+  out.transport = decide(settings, hosts, all_addresses, rank);
   if (out.transport == TransportChoice::Shm) {
-    ShmOptions o;
-    o.slot_bytes = settings.shm_slot_bytes;
-    o.num_slots = settings.shm_slots;
-    o.spin_us = settings.spin_us;
-    o.yield_us = settings.yield_us;
-    o.setup_timeout = timeout;
-    out.impl = std::make_unique<ShmTransport>(rdv, "shm", rank, size, o);
+    out.impl =
+        std::make_unique<ShmTransport>(rdv, "shm", rank, size, shm_options(settings, timeout));
   } else if (out.transport == TransportChoice::Tcp) {
-    TcpOptions o;
-    o.advertise_host = address;
-    o.port = settings.tcp_port;
-    o.staging_bytes = settings.tcp_staging_bytes;
-    o.setup_timeout = timeout;
-    out.impl = std::make_unique<TcpTransport>(rdv, "tcp", rank, size, o);
+    out.impl = std::make_unique<TcpTransport>(rdv, "tcp", rank, size,
+                                              tcp_options(settings, address, timeout));
+  } else if (out.transport == TransportChoice::Mixed) {
+    const MixedOptions o{shm_options(settings, timeout), tcp_options(settings, address, timeout)};
+    out.impl = std::make_unique<MixedTransport>(rdv, "mixed", rank, identities, o);
   }
   return out;
 }

@@ -2,14 +2,17 @@
 // the rendezvous: its host identity, the address it would use for TCP, and the settings all ranks
 // must agree on (Settings table rows marked must_match). All ranks then decide the transport from
 // the same records and build it:
-//   auto -> shared memory when every rank is on this host (same boot and network namespace),
-//           TCP across hosts when every rank knows its address, otherwise the inner Gloo backend.
+//   auto -> shared memory when every rank is on this host (same boot and network namespace);
+//           across hosts, when every rank knows its address: TCP if every rank is alone on its
+//           host, else the mixed transport (shared memory to the ranks of the same host, TCP to
+//           the others, transport/mixed/mixed_transport.h); otherwise the inner Gloo backend.
 // A setting that differs between ranks raises on every rank, naming it and both values.
 #pragma once
 
 #include <chrono>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "plan/settings.h"
 #include "runtime/rendezvous.h"
@@ -18,8 +21,9 @@
 namespace stragg {
 
 struct GroupSetup {
-  TransportChoice transport = TransportChoice::Gloo;  // Shm, Tcp or Gloo (all_reduce delegated)
+  TransportChoice transport = TransportChoice::Gloo;  // Shm, Tcp, Mixed or Gloo (delegated)
   bool same_host = true;                              // every rank on this host
+  std::vector<int> host_of;                           // host index of every rank (HostLayout)
   std::unique_ptr<Transport> impl;                    // null for Gloo
 };
 

@@ -7,6 +7,7 @@
 #include "plan/wait_or_proceed.h"
 #include "runtime/reduce.h"
 #include "session/group_setup.h"
+#include "transport/mixed/peer_stats.h"
 #include "transport/shm/shm_transport.h"
 #include "transport/tcp/tcp_transport.h"
 
@@ -28,6 +29,7 @@ Session::Session(Rendezvous& rdv, SessionOptions options)
     GroupSetup setup =
         set_up_group(rdv, opt_.rank, opt_.size, opt_.settings, opt_.store_host, opt_.timeout);
     same_host_ = setup.same_host;
+    host_of_ = std::move(setup.host_of);
     transport_ = std::move(setup.impl);
     path_ = transport_ ? AllreducePath::Executor : AllreducePath::Delegate;
   }
@@ -43,8 +45,7 @@ Session::Session(Rendezvous& rdv, SessionOptions options)
     }
     executor_ = std::make_unique<Executor>(*transport_);
     profiler_ = std::make_unique<GroupProfiler>(opt_.rank, opt_.size, opt_.settings, *planner_,
-                                                opt_.group_name,
-                                                std::string(transport_->name()) == "tcp");
+                                                opt_.group_name, host_of_);
   }
   worker_ = std::make_unique<SerialWorker>();
   log_info(prefix() + " (size " + std::to_string(opt_.size) + "): all_reduce via " +
@@ -345,6 +346,7 @@ std::map<std::string, int64_t> Session::stats() const {
   if (auto* tcp = dynamic_cast<TcpTransport*>(transport_.get())) {
     s["tcp_staging_bytes"] = static_cast<int64_t>(tcp->options().staging_bytes);
   }
+  add_peer_transport_stats(transport_.get(), s);
   return s;
 }
 

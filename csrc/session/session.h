@@ -160,6 +160,7 @@ class Session {
   ProfilerSettings profiler_settings_;
   AllreducePath path_ = AllreducePath::Local;
   bool same_host_ = true;
+  std::vector<int> host_of_;  // host index of every rank (group_setup)
   std::unique_ptr<Transport> transport_;
   std::unique_ptr<Executor> executor_;
   std::unique_ptr<Planner> planner_;

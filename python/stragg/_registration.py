@@ -110,18 +110,32 @@ def _stragg_backend(group: dist.ProcessGroup | None) -> Any:
     return backend
 
 
+# The C++ counters name each peer's transport as "peer_transport.<rank>": 1 (shm) or 2 (tcp)
+# (csrc/transport/mixed/peer_stats.h).
+_PEER_TRANSPORT = "peer_transport."
+_PEER_TRANSPORT_NAMES = {1: "shm", 2: "tcp"}
+
+
 def backend_stats(group: dist.ProcessGroup | None = None) -> dict[str, Any]:
     """Counters of the stragg backend of `group` (default: the default group).
 
-    Keys: "transport" ("shm", "tcp", "local" for world size 1, or "gloo" when all_reduce is
-    delegated), "algorithm", "straggler", "allreduce_calls" and "allreduce_bytes" (all_reduces
-    run on stragg's executor), "delegated_calls" (operations passed to the inner Gloo/NCCL
-    backend), "failed_calls", timing totals, and from the last link probe: "degraded_ranks"
-    ({rank: slowdown factor l}), "links" (per rank: send/recv bytes/s, slowdown) and
-    "link_matrix" (n x n [alpha_s, beta_s_per_byte] of the directed links, None unmeasured).
+    Keys: "transport" ("shm", "tcp", "mixed" where some ranks share a host and others are
+    remote, "local" for world size 1, or "gloo" when all_reduce is delegated),
+    "peer_transports" ({peer rank: "shm" or "tcp"}, what carries this rank's messages to each
+    peer; empty without a stragg transport), "shm_peers" / "tcp_peers" (their counts; "mixed"
+    adds "host_index", "hosts" and "relayed_wakeups"), "algorithm", "straggler",
+    "allreduce_calls" and "allreduce_bytes" (all_reduces run on stragg's executor),
+    "delegated_calls" (operations passed to the inner Gloo/NCCL backend), "failed_calls", timing
+    totals, and from the last link probe: "degraded_ranks" ({rank: slowdown factor l}), "links"
+    (per rank: send/recv bytes/s, slowdown) and "link_matrix" (n x n [alpha_s,
+    beta_s_per_byte] of the directed links, None unmeasured).
     """
     backend = _stragg_backend(group)
     stats: dict[str, Any] = dict(backend.stats())
+    peers = {}
+    for key in [k for k in stats if k.startswith(_PEER_TRANSPORT)]:
+        peers[int(key[len(_PEER_TRANSPORT):])] = _PEER_TRANSPORT_NAMES[stats.pop(key)]
+    stats["peer_transports"] = dict(sorted(peers.items()))
     stats["transport"] = backend.transport
     stats["algorithm"] = backend.algorithm
     straggler = backend.straggler  # a rank, "auto" (profiler), "dynamic" or "none"

@@ -59,12 +59,14 @@ void wait_for_ring(ControlBlock* cb, uint32_t token, std::chrono::microseconds m
   }
   const auto now = Clock::now();
   if (now >= deadline) return;
-  cb->sleeping.store(1, std::memory_order_seq_cst);
+  // A count, not a flag: several threads of the owner may wait at once (a composed transport's
+  // helper thread next to the executor, transport/mixed), and one leaving must not hide another.
+  cb->sleeping.fetch_add(1, std::memory_order_seq_cst);
   if (cb->doorbell.load(std::memory_order_seq_cst) == token) {
     futex_wait(&cb->doorbell, token,
                std::chrono::duration_cast<std::chrono::microseconds>(deadline - now));
   }
-  cb->sleeping.store(0, std::memory_order_relaxed);
+  cb->sleeping.fetch_sub(1, std::memory_order_seq_cst);
 }
 
 }  // namespace stragg::shm

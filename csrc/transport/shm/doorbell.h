@@ -16,7 +16,7 @@ void ring(ControlBlock* cb);
 
 // Returns once cb's doorbell differs from `token` (at once if it already does) or `max_wait`
 // passed: busy-polls for `spin_us`, polls with sched_yield() for `yield_us`, then sleeps on the
-// futex. Spurious returns are allowed.
+// futex. Spurious returns are allowed. Several threads may wait on one doorbell at once.
 void wait_for_ring(ControlBlock* cb, uint32_t token, std::chrono::microseconds max_wait,
                    int spin_us, int yield_us);
 

@@ -29,7 +29,7 @@ struct ControlBlock {
   int32_t size;
   uint32_t pad0;
   alignas(64) std::atomic<uint32_t> doorbell;  // event count: bumped by anyone who has news
-  std::atomic<uint32_t> sleeping;              // owner is (about to be) in futex_wait
+  std::atomic<uint32_t> sleeping;              // threads of the owner (about to be) in futex_wait
   alignas(64) std::atomic<int64_t> arrival;    // last collective sequence number started
   alignas(64) std::atomic<uint32_t> abort_by;  // 0, or 1 + the rank whose message explains it
   std::atomic<uint32_t> own_abort_ready;       // own_abort_message is valid

@@ -178,6 +178,10 @@ void ShmTransport::wait_for_activity(uint64_t token, std::chrono::microseconds m
                      options_.yield_us);
 }
 
+void ShmTransport::sleep_for_activity(uint64_t token, std::chrono::microseconds max_wait) {
+  shm::wait_for_ring(control(rank_), static_cast<uint32_t>(token), max_wait, 0, 0);
+}
+
 // ------------------------------------------------------------------------------------------------
 // Faults and diagnostics
 

@@ -64,6 +64,12 @@ class ShmTransport final : public GroupTransport {
   int64_t peer_arrival(int peer) override;
   ArrivalBoard* arrival_board() override { return board_.get(); }
 
+  // For transports composed of this one (transport/mixed), from any thread: ring this rank's
+  // own doorbell (wakes its waiters), and wait for it like wait_for_activity() but sleeping at
+  // once, without the spin and yield phases (for a helper thread).
+  void ring_own_doorbell() { ring_doorbell(rank_); }
+  void sleep_for_activity(uint64_t token, std::chrono::microseconds max_wait);
+
   const ShmOptions& options() const { return options_; }
   // Staging bytes one directed channel uses (slots + headers).
   size_t channel_bytes() const;

@@ -95,6 +95,8 @@ void TcpTransport::wait_for_activity(uint64_t token, std::chrono::microseconds m
   handle_poll_results();
 }
 
+void TcpTransport::wake() { activity_->note(); }
+
 void TcpTransport::fill_poll_set() {
   tcp::PollSet& set = *poll_set_;
   set.clear();

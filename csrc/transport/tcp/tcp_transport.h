@@ -84,6 +84,10 @@ class TcpTransport final : public GroupTransport {
   void announce_arrival(uint64_t coll_seq) override;
   int64_t peer_arrival(int peer) override;
 
+  // For transports composed of this one (transport/mixed), from any thread: bump the activity
+  // count, so that a wait_for_activity() in another thread returns.
+  void wake();
+
   const TcpOptions& options() const { return options_; }
   // The "host:port" this rank listened on during setup.
   const std::string& listen_address() const { return listen_address_; }
