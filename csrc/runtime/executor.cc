@@ -14,12 +14,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-std::string prefix(int rank, const CollectiveSpec& spec) {
-  std::ostringstream s;
-  s << "stragg: rank " << rank << ": " << spec.op_name << " #" << spec.seq;
-  return s.str();
-}
-
 // Accepts one incoming message of a step: checks its header against what this rank expects,
 // then reduces or copies the payload into the rank's buffer.
 class StepSink final : public RecvSink {
@@ -59,8 +53,8 @@ class StepSink final : public RecvSink {
     };
     if (h.coll_seq != spec_.seq) {
       std::ostringstream m;
-      m << prefix(rank_, spec_) << ": sequence mismatch with rank " << peer << ": it sent data for "
-        << spec_.op_name << " #" << h.coll_seq
+      m << collective_prefix(rank_, spec_) << ": sequence mismatch with rank " << peer
+        << ": it sent data for " << spec_.op_name << " #" << h.coll_seq
         << " (the ranks issued a different number of all_reduce calls on this group)";
       throw Error(m.str());
     }
@@ -80,7 +74,7 @@ class StepSink final : public RecvSink {
     }
     if (!diffs.empty()) {
       std::ostringstream m;
-      m << prefix(rank_, spec_) << ": mismatch with rank " << peer << ": ";
+      m << collective_prefix(rank_, spec_) << ": mismatch with rank " << peer << ": ";
       for (size_t i = 0; i < diffs.size(); ++i) m << (i ? "; " : "") << diffs[i];
       throw Error(m.str());
     }
@@ -117,80 +111,6 @@ bool earlier_op_pending(const std::vector<Op>& ops, size_t i) {
     if (ops[j].peer == ops[i].peer && !ops[j].done) return true;
   }
   return false;
-}
-
-// What a rank checks while it waits and nothing moves: another rank's abort, peers that died,
-// the deadline. Shared by run() and agree_on_straggler(), so there is one abort path; the
-// caller's catch signals the abort to the peers.
-class Stall {
- public:
-  Stall(Transport& t, const CollectiveSpec& spec, Clock::time_point start,
-        std::chrono::milliseconds timeout)
-      : t_(t), spec_(spec), deadline_(start + timeout), timeout_(timeout), last_health_(start) {}
-
-  Clock::time_point deadline() const { return deadline_; }
-
-  // Throws if the group was aborted, a peer in `awaited` died, or the deadline passed;
-  // `doing` says what this rank waits for ("in step 3", "for arrivals").
-  void check(Clock::time_point now, const std::vector<int>& awaited, const std::string& doing) {
-    const int rank = t_.rank();
-    if (auto reason = t_.abort_reason()) throw Error(prefix(rank, spec_) + ": aborted: " + *reason);
-    if (now - last_health_ >= std::chrono::milliseconds(100)) {
-      last_health_ = now;
-      std::vector<int> dead;
-      for (int q : t_.dead_peers()) {
-        // Only peers still owed something matter: a rank that finished its part and exited is
-        // not an error for ranks still completing theirs.
-        if (std::find(awaited.begin(), awaited.end(), q) != awaited.end()) dead.push_back(q);
-      }
-      if (!dead.empty()) {
-        std::ostringstream m;
-        m << prefix(rank, spec_) << ": rank" << (dead.size() > 1 ? "s " : " ") << join(dead)
-          << (dead.size() > 1 ? " have" : " has") << " died (process or connection gone)";
-        throw TimeoutError(m.str());
-      }
-    }
-    if (now < deadline_) return;
-    std::vector<int> missing;
-    for (int q = 0; q < t_.size(); ++q) {
-      if (q != rank && t_.peer_arrival(q) < static_cast<int64_t>(spec_.seq)) missing.push_back(q);
-    }
-    std::ostringstream m;
-    m << prefix(rank, spec_) << ": timed out after " << timeout_.count() / 1000.0 << " s";
-    if (!missing.empty()) {
-      for (size_t i = 0; i < missing.size(); ++i) {
-        const int q = missing[i];
-        m << (i ? "; " : ": ") << "rank " << q << " has not called " << spec_.op_name << " #"
-          << spec_.seq;
-        const int64_t last = t_.peer_arrival(q);
-        if (last >= 0) m << " (its last was #" << last << ")";
-      }
-    } else {
-      m << " " << doing << " waiting for rank" << (awaited.size() > 1 ? "s " : " ")
-        << join(awaited);
-    }
-    throw TimeoutError(m.str());
-  }
-
-  static std::string join(const std::vector<int>& ranks) {
-    std::string out;
-    for (size_t i = 0; i < ranks.size(); ++i) out += (i ? ", " : "") + std::to_string(ranks[i]);
-    return out;
-  }
-
- private:
-  Transport& t_;
-  const CollectiveSpec& spec_;
-  Clock::time_point deadline_;
-  std::chrono::milliseconds timeout_;
-  Clock::time_point last_health_;
-};
-
-void check_not_aborted(Transport& t, const CollectiveSpec& spec) {
-  if (auto reason = t.abort_reason()) {
-    throw Error(prefix(t.rank(), spec) + ": the process group was aborted earlier and cannot be "
-                "used any more: " + *reason);
-  }
 }
 
 // The sends and receives of one plan step in flight, with their sinks.
@@ -288,7 +208,7 @@ void Executor::run(const RankPlan& plan, const CollectiveSpec& spec, void* buf,
   const bool limits = transport_.supports_recv_limit();
   auto* bytes = static_cast<uint8_t*>(buf);
   check_not_aborted(transport_, spec);
-  transport_.announce_arrival(spec.seq);
+  publish(spec, Progress::kStarting, {});
   Stall stall(transport_, spec, start, timeout);
   try {
     for (size_t step_index = 0; step_index < plan.steps.size(); ++step_index) {
@@ -302,7 +222,9 @@ void Executor::run(const RankPlan& plan, const CollectiveSpec& spec, void* buf,
         if (all_done) break;
         if (moved) continue;
         const auto now = Clock::now();
-        stall.check(now, ops.awaited(), "in step " + std::to_string(step_index));
+        const std::vector<int> awaited = ops.awaited();
+        publish(spec, static_cast<int32_t>(step_index), awaited);
+        stall.check(now, awaited, "in step " + std::to_string(step_index));
         const auto left = std::chrono::duration_cast<std::chrono::microseconds>(stall.deadline() - now);
         transport_.wait_for_activity(
             token, std::min<std::chrono::microseconds>(left, std::chrono::milliseconds(100)));
@@ -317,8 +239,18 @@ void Executor::run(const RankPlan& plan, const CollectiveSpec& spec, void* buf,
     transport_.signal_abort(e.what());
     throw;
   }
+  publish(spec, Progress::kFinished, {});
   stats_.runs += 1;
   stats_.busy_s += std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+void Executor::publish(const CollectiveSpec& spec, int32_t step, const std::vector<int>& awaiting) {
+  Progress p;
+  p.seq = static_cast<int64_t>(spec.seq);
+  p.call = spec.call;
+  p.step = step;
+  p.awaiting = awaiting;
+  transport_.publish_progress(p);
 }
 
 int Executor::agree_on_straggler(const CollectiveSpec& spec, std::chrono::microseconds window,
@@ -329,11 +261,12 @@ int Executor::agree_on_straggler(const CollectiveSpec& spec, std::chrono::micros
   const int n = transport_.size();
   if (board == nullptr) board = transport_.arrival_board();
   if (board == nullptr) {
-    throw Error(prefix(rank, spec) + ": dynamic straggler detection needs a transport with an " +
+    throw Error(collective_prefix(rank, spec) +
+                ": dynamic straggler detection needs a transport with an " +
                 "arrival board (shm); the " + transport_.name() + " transport has none");
   }
   check_not_aborted(transport_, spec);
-  transport_.announce_arrival(spec.seq);
+  publish(spec, Progress::kStarting, {});
   const auto start = Clock::now();
   struct AddTime {  // accounts the agreement time however the function returns
     double& total;
@@ -345,6 +278,8 @@ int Executor::agree_on_straggler(const CollectiveSpec& spec, std::chrono::micros
   for (int q = 0; q < n; ++q) {
     if (q != rank) everybody.push_back(q);
   }
+  std::vector<int> awaited = everybody;
+  auto awaited_at = Clock::time_point::min();
   try {
     if (board->arrive(key) == n - 1) return board->decide(key, -1);  // last: no wait
     auto window_end = Clock::time_point::max();
@@ -359,10 +294,16 @@ int Executor::agree_on_straggler(const CollectiveSpec& spec, std::chrono::micros
         if (now >= window_end) return board->decide(key, missing);
       }
       // Peers that already arrived are not awaited (a rank that arrived and then died is noticed
-      // by the collective that follows).
-      std::vector<int> awaited;
-      for (int q : everybody) {
-        if (transport_.peer_arrival(q) < static_cast<int64_t>(spec.seq)) awaited.push_back(q);
+      // by the collective that follows). Refreshed every 100 ms: statuses are not free.
+      if (now - awaited_at >= std::chrono::milliseconds(100)) {
+        awaited_at = now;
+        awaited.clear();
+        for (int q : everybody) {
+          if (transport_.peer_status(q).progress.seq < static_cast<int64_t>(spec.seq)) {
+            awaited.push_back(q);
+          }
+        }
+        publish(spec, Progress::kStarting, awaited);
       }
       stall.check(now, awaited, "agreeing on the straggler");
       auto until = std::min(stall.deadline(), now + board->poll_interval());

@@ -125,10 +125,12 @@ void Session::run_call(AllreduceCall& call, CallRecord& record) {
   }
 }
 
-CollectiveSpec Session::next_spec(const char* name, DType dtype, size_t numel) {
+CollectiveSpec Session::next_spec(const char* name, DType dtype, size_t numel, bool internal) {
   CollectiveSpec spec;
   spec.op_name = name;
   spec.seq = wire_seq_++;
+  spec.call = current_call_;
+  spec.internal = internal;
   spec.dtype = dtype;
   spec.op = ReduceOp::Sum;
   spec.numel = numel;
@@ -153,10 +155,11 @@ int Session::call_straggler(const CollectiveSpec& spec, size_t bytes, AllreduceC
 
 void Session::run_on_executor(AllreduceCall& call, CallRecord& record) {
   const InternalSpec internal = [this](const char* name, DType dtype, size_t numel) {
-    return next_spec(name, dtype, numel);
+    return next_spec(name, dtype, numel, /*internal=*/true);
   };
+  current_call_ = static_cast<int64_t>(record.seq);
   profiler_->before_call(*executor_, internal, call.timeout);
-  CollectiveSpec spec = next_spec(call.name, call.dtype, call.numel);
+  CollectiveSpec spec = next_spec(call.name, call.dtype, call.numel, /*internal=*/false);
   spec.op = call.op;
   record.wire_seq = spec.seq;
   const size_t elem = dtype_size(call.dtype);
@@ -210,7 +213,7 @@ void Session::finish_call(AllreduceCall& call, CallRecord& record, std::exceptio
   // same call, so the exchange's sequence number matches everywhere.
   if (!error && executor_) {
     const InternalSpec internal = [this](const char* name, DType dtype, size_t numel) {
-      return next_spec(name, dtype, numel);
+      return next_spec(name, dtype, numel, /*internal=*/true);
     };
     profiler_->after_call(*executor_, internal, record, call.timeout);
   }
@@ -227,7 +230,7 @@ void Session::measure_links(std::function<void(std::exception_ptr)> done) {
   job.run = [this] {
     if (!executor_) return;  // a single rank: no links
     const InternalSpec internal = [this](const char* name, DType dtype, size_t numel) {
-      return next_spec(name, dtype, numel);
+      return next_spec(name, dtype, numel, /*internal=*/true);
     };
     profiler_->probe_links(*executor_, internal, opt_.timeout);
   };

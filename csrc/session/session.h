@@ -126,7 +126,7 @@ class Session {
   void finish_call(AllreduceCall& call, CallRecord& record, std::exception_ptr error);
   int call_straggler(const CollectiveSpec& spec, size_t bytes, AllreduceCall& call,
                      CallRecord& record);
-  CollectiveSpec next_spec(const char* name, DType dtype, size_t numel);
+  CollectiveSpec next_spec(const char* name, DType dtype, size_t numel, bool internal);
   std::string prefix() const;
 
   SessionOptions opt_;
@@ -147,6 +147,7 @@ class Session {
   // Worker-thread state.
   uint64_t wire_seq_ = 0;    // collectives on the wire (user calls and internal ones)
   uint64_t agreements_ = 0;  // dynamic straggler agreements so far (the arrival board's key)
+  int64_t current_call_ = -1;  // the user call running (or last run): errors name it
 
   std::atomic<int64_t> allreduce_calls_{0};
   std::atomic<int64_t> allreduce_bytes_{0};

@@ -61,6 +61,7 @@ TEST(SerialWorker, StopDrainsOrCancels) {
       };
       ASSERT_TRUE(w.submit(std::move(job)));
     }
+    while (!w.busy()) std::this_thread::yield();  // job 0 runs (held by the gate), 3 queued
     std::thread stopper([&] { w.stop(drain, "the group was shut down"); });
     while (!w.stopped()) std::this_thread::yield();
     release.set_value();

@@ -35,6 +35,7 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 using testing::eventually;
+using testing::FileRendezvous;
 using testing::InMemoryRendezvous;
 using testing::kLongWait;
 using testing::run_ranks;
@@ -292,8 +293,8 @@ TEST(TcpTransport, SignalAbortFromAnotherThreadWakesTheWaiter) {
   EXPECT_NE(ts[0]->activity_token(), tok);
 }
 
-TEST(TcpTransport, ArrivalTicketsAreVisibleToPeers) {
-  testing::check_arrival_tickets_are_visible_to_peers(tcp_maker());
+TEST(TcpTransport, ProgressReportsAreVisibleToPeers) {
+  testing::check_progress_reports_are_visible_to_peers(tcp_maker());
 }
 
 TEST(TcpTransport, ClosedPeerIsReportedDeadWithoutWaiting) {
@@ -381,7 +382,8 @@ TEST(TcpExecutor, PeerClosingMidCollectiveMakesTheOthersRaiseNamingIt) {
   run_ranks(n, [&](int r) {
     auto t = std::make_unique<TcpTransport>(rdv, "close", r, n, TcpOptions{});
     if (r == 2) {  // gone once the others started the collective and wait for it
-      EXPECT_TRUE(eventually([&] { return t->peer_arrival(0) == 0 && t->peer_arrival(1) == 0; }));
+      EXPECT_TRUE(
+          eventually([&] { return testing::arrival(*t, 0) == 0 && testing::arrival(*t, 1) == 0; }));
       t.reset();
       return;
     }
@@ -400,40 +402,15 @@ TEST(TcpExecutor, PeerClosingMidCollectiveMakesTheOthersRaiseNamingIt) {
   }
 }
 
-// A rendezvous in a directory, for ranks in different processes.
-class FileRendezvous : public Rendezvous {
- public:
-  explicit FileRendezvous(std::string dir) : dir_(std::move(dir)) {}
-  void set(const std::string& key, const std::string& value) override {
-    const std::string tmp = path(key) + ".tmp" + std::to_string(getpid());
-    {
-      std::ofstream(tmp) << value;
-    }
-    std::rename(tmp.c_str(), path(key).c_str());
-  }
-  std::optional<std::string> get(const std::string& key,
-                                 std::chrono::milliseconds timeout) override {
-    const auto deadline = Clock::now() + timeout;
-    while (!check(key)) {
-      if (Clock::now() >= deadline) return std::nullopt;
-      std::this_thread::sleep_for(std::chrono::milliseconds(2));
-    }
-    std::ifstream in(path(key));
-    return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
-  }
-  bool check(const std::string& key) override {
-    struct stat st;
-    return ::stat(path(key).c_str(), &st) == 0;
-  }
+TEST(TcpTransport, ARankMayExitBeforeItsLastMessageIsRead) {
+  testing::check_a_rank_may_exit_before_its_last_message_is_read(tcp_maker());
+}
 
- private:
-  std::string path(const std::string& key) const {
-    std::string k = key;
-    for (char& ch : k) ch = ch == '/' ? '_' : ch;
-    return dir_ + "/" + k;
-  }
-  std::string dir_;
-};
+// The stopped rank's heartbeats stop: after kSilentAfter the survivors know.
+TEST(TcpExecutor, AStoppedRankIsNamedByEverySurvivor) {
+  const auto errors = testing::check_a_stopped_rank_is_named_by_every_survivor(tcp_maker());
+  EXPECT_NE(errors[1].find("no heartbeat for "), std::string::npos) << errors[1];
+}
 
 // Rank 1 is a child process, killed while rank 0 waits for it inside a collective: rank 0
 // raises naming it (with a collective timeout far beyond the test, so from the kernel closing
@@ -449,7 +426,7 @@ TEST(TcpExecutor, KilledProcessIsReportedDead) {
     try {
       FileRendezvous rdv(dir);
       TcpTransport t(rdv, "kill", 1, 2, TcpOptions{});
-      t.announce_arrival(0);
+      testing::arrive(t, 0);
       pause();
     } catch (...) {
     }
@@ -465,7 +442,8 @@ TEST(TcpExecutor, KilledProcessIsReportedDead) {
     spec.numel = numel;
     std::thread killer([&] {
       // Both ranks are inside collective #0 (rank 0's own ticket is taken when it starts).
-      EXPECT_TRUE(eventually([&] { return t.peer_arrival(0) == 0 && t.peer_arrival(1) == 0; }));
+      EXPECT_TRUE(
+          eventually([&] { return testing::arrival(t, 0) == 0 && testing::arrival(t, 1) == 0; }));
       kill(child, SIGKILL);
     });
     try {
