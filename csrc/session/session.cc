@@ -80,6 +80,10 @@ Straggler Session::straggler() const {
 }
 
 uint64_t Session::submit(AllreduceCall call) {
+  if (auto why = failure()) {
+    throw Error("stragg: rank " + std::to_string(opt_.rank) + ": " + call.name +
+                " on a process group that was " + *why);
+  }
   std::lock_guard<std::mutex> lock(submit_mu_);
   const uint64_t seq = next_seq_;
   const auto enqueued = Clock::now();
@@ -320,17 +324,34 @@ void Session::shutdown(const std::string& why) {
 }
 
 void Session::abort(const std::string& why) {
+  const std::string reason = "stragg: rank " + std::to_string(opt_.rank) + ": " + why;
   {
     std::lock_guard<std::mutex> lock(submit_mu_);
     stop_reason_ = "aborted";
+    if (local_abort_.empty()) local_abort_ = reason;
   }
-  if (transport_) transport_->signal_abort("stragg: rank " + std::to_string(opt_.rank) + ": " + why);
+  if (transport_) transport_->signal_abort(reason);
   if (worker_) worker_->stop(/*drain=*/false, why);
 }
 
 std::optional<std::string> Session::abort_reason() const {
-  if (!transport_) return std::nullopt;
-  return transport_->abort_reason();
+  if (transport_) {
+    if (auto r = transport_->abort_reason()) return r;
+  }
+  std::lock_guard<std::mutex> lock(submit_mu_);
+  if (!local_abort_.empty()) return local_abort_;
+  return std::nullopt;
+}
+
+std::optional<std::string> Session::failure() const {
+  if (auto reason = abort_reason()) {
+    std::string why = *reason;
+    if (why.rfind("stragg: ", 0) == 0) why = why.substr(8);
+    return "aborted: " + why;
+  }
+  std::lock_guard<std::mutex> lock(submit_mu_);
+  if (!stop_reason_.empty()) return stop_reason_;
+  return std::nullopt;
 }
 
 }  // namespace stragg

@@ -91,7 +91,7 @@ class Session {
   Straggler straggler() const;
 
   // Queues a call; returns its sequence number (0, 1, ... on this group). Throws stragg::Error
-  // if the session was shut down or aborted.
+  // at once if the session was shut down or aborted (by any rank), with the original cause.
   uint64_t submit(AllreduceCall call);
   // Collective, queued like a call: runs a link probe; done(error) on the worker thread.
   void measure_links(std::function<void(std::exception_ptr)> done);
@@ -113,12 +113,17 @@ class Session {
   // The dynamic straggler's wait-or-proceed window for a call of `bytes`.
   std::chrono::microseconds dynamic_window_for(size_t bytes) const;
 
-  // Stops accepting calls; queued calls still run (drain) or fail with `why` (abort). abort()
-  // also tells every peer the group is unusable, so their calls raise at once.
+  // Like ProcessGroupNCCL's: shutdown() stops accepting calls and runs the queued ones to
+  // completion (each bounded by its timeout); abort() fails the running call and cancels the
+  // queued ones with `why`, and tells every peer the group is unusable, so their calls raise at
+  // once. Both idempotent; after either, every call raises.
   void shutdown(const std::string& why);
   void abort(const std::string& why);
-  // The reason the group was aborted (by any rank), if it was.
+  // The reason the group was aborted (by any rank, by an executor failure or abort()), if it was.
   std::optional<std::string> abort_reason() const;
+  // Why the group cannot be used any more: "aborted: <the first reason>" or "shut down";
+  // empty while it is usable. What the adapter names when any op on the group is refused.
+  std::optional<std::string> failure() const;
 
  private:
   void run_call(AllreduceCall& call, CallRecord& record);
@@ -140,9 +145,10 @@ class Session {
   std::unique_ptr<ArrivalBoard> store_board_;
   std::unique_ptr<SerialWorker> worker_;
 
-  std::mutex submit_mu_;
+  mutable std::mutex submit_mu_;
   uint64_t next_seq_ = 0;
-  std::string stop_reason_;
+  std::string stop_reason_;  // "shut down" / "aborted" once stopped
+  std::string local_abort_;  // this rank's abort reason (also the only one without a transport)
 
   // Worker-thread state.
   uint64_t wire_seq_ = 0;    // collectives on the wire (user calls and internal ones)

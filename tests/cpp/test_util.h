@@ -78,6 +78,17 @@ class FileRendezvous : public Rendezvous {
   std::string dir_;
 };
 
+// Polls `pred` for up to 30 s; true once it holds.
+template <class Pred>
+bool eventually_true(Pred pred) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (pred()) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  return pred();
+}
+
 // Runs fn(rank) on `size` threads and joins them.
 inline void run_ranks(int size, const std::function<void(int)>& fn) {
   std::vector<std::thread> threads;
