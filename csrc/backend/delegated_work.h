@@ -5,7 +5,9 @@
 //    abort, with the original cause;
 //  * when the inner collective fails, the group is aborted with that cause (like NCCL's watchdog
 //    would), so every rank's next operation on the group raises at once.
-// Everything else (result, future, completion) is the inner Work's.
+// Everything else (result, future, completion) is the inner Work's. Works without a future
+// (Gloo's send/recv, which complete inside their own wait()) are waited on directly: an abort
+// does not interrupt them, their own failure still aborts the group.
 #pragma once
 
 #include <c10/util/Exception.h>
@@ -44,7 +46,9 @@ class DelegatedWork final : public c10d::Work {
         wake->done = true;
         wake->cv.notify_all();
       });
+      has_future_ = true;
     } catch (const c10::Error&) {
+      // Gloo's send/recv works complete inside their own wait(): nothing to poll.
     }
   }
 
@@ -62,7 +66,7 @@ class DelegatedWork final : public c10d::Work {
     using Clock = std::chrono::steady_clock;
     const bool bounded = timeout != ::kNoTimeout;
     const auto deadline = Clock::now() + timeout;
-    while (!inner_->isCompleted()) {
+    while (has_future_ && !inner_->isCompleted()) {
       if (auto why = failure_()) {
         C10_THROW_ERROR(DistBackendError, "stragg: rank " + std::to_string(rank_) + ": " + op_ +
                                               " on a process group that was " + *why);
@@ -72,6 +76,7 @@ class DelegatedWork final : public c10d::Work {
       wake_->cv.wait_for(lock, kPoll, [&] { return wake_->done; });
     }
     try {
+      if (!has_future_) return inner_->wait(timeout);
       return inner_->wait(bounded ? std::chrono::milliseconds(1) : ::kNoTimeout);
     } catch (const c10::Error& e) {
       const std::string msg = e.msg();
@@ -93,6 +98,7 @@ class DelegatedWork final : public c10d::Work {
   Failure failure_;
   OnError on_error_;
   std::shared_ptr<Wake> wake_;
+  bool has_future_ = false;  // else wait() is the inner one's (no abort checks while it runs)
 };
 
 }  // namespace stragg

@@ -226,7 +226,8 @@ namespace {
 // when the result agrees along those dimensions (as it does when every rank expanded alike);
 // otherwise, or for other self-overlapping layouts, a stragg::Error says why.
 void write_result(const at::Tensor& out, const at::Tensor& result, int rank) {
-  if (at::has_internal_overlap(out) == at::MemOverlap::No) {
+  // TooHard: strided layouts torch does not analyse; copy_ refuses only a certain overlap.
+  if (at::has_internal_overlap(out) != at::MemOverlap::Yes) {
     out.copy_(result);
     return;
   }
@@ -239,7 +240,7 @@ void write_result(const at::Tensor& out, const at::Tensor& result, int rank) {
     }
   }
   const std::string where = "stragg: rank " + std::to_string(rank) + ": all_reduce: ";
-  if (at::has_internal_overlap(target) != at::MemOverlap::No) {
+  if (at::has_internal_overlap(target) == at::MemOverlap::Yes) {
     throw Error(where +
                 "the tensor's elements overlap in memory in a way that cannot hold the "
                 "result (not a plain expand()); clone() it first");
@@ -306,8 +307,7 @@ void StraggBackend::shutdown() {
 }
 
 void StraggBackend::abort() {
-  session_->abort("the process group was aborted (abort() on rank " + std::to_string(getRank()) +
-                  ")");
+  session_->abort("abort() was called");
 #ifdef STRAGG_BACKEND_CUDA
   if (cuda_allreduce_) cuda_allreduce_->abort("the process group was aborted");
 #endif
