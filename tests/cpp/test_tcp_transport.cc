@@ -23,10 +23,11 @@
 #include <thread>
 #include <vector>
 
+#include "plan/planner.h"
 #include "runtime/error.h"
 #include "runtime/executor.h"
-#include "plan/planner.h"
 #include "test_util.h"
+#include "transport/tcp/handshake.h"
 #include "transport/tcp/tcp_transport.h"
 #include "transport_checks.h"
 
@@ -195,6 +196,58 @@ TEST(TcpTransport, HandshakeIgnoresAnImpostor) {
   close(s);
   EXPECT_NE(error.find("rank 1 did not connect"), std::string::npos) << error;
   EXPECT_NE(error.find("not a stragg connection"), std::string::npos) << error;
+}
+
+// Strangers reach rank 0's port before rank 1 does: garbage, a well-formed hello of another
+// protocol version claiming to be rank 1, and an idle connection. Rank 0 drops the first two,
+// sets the mesh up with the real rank 1 (the idle one does not hold it up) and works.
+TEST(TcpTransport, StrangersWithGarbageOrAnotherVersionAreDroppedAndSetupSucceeds) {
+  InMemoryRendezvous rdv;
+  std::vector<std::unique_ptr<TcpTransport>> ts(2);
+  std::string error;
+  std::thread rank0([&] {
+    try {
+      ts[0] = std::make_unique<TcpTransport>(rdv, "strays", 0, 2, small_options());
+    } catch (const Error& e) {
+      error = e.what();
+    }
+  });
+  const int port = published_port(rdv, "strays/tcp/0");
+  const int garbage = connect_loopback(port);
+  const int version = connect_loopback(port);
+  const int idle = connect_loopback(port);
+  ASSERT_GE(garbage, 0);
+  ASSERT_GE(version, 0);
+  ASSERT_GE(idle, 0);
+  char junk[64];
+  for (size_t i = 0; i < sizeof junk; ++i) junk[i] = static_cast<char>(i * 37 + 11);
+  ASSERT_EQ(send(garbage, junk, sizeof junk, MSG_NOSIGNAL), 64);
+  tcp::Hello h{};
+  h.magic = 0x5354524147475443ull;  // "STRAGGTC"
+  h.version = 99;
+  h.from = 1;
+  h.to = 0;
+  h.size = 2;
+  ASSERT_EQ(send(version, &h, sizeof h, MSG_NOSIGNAL), static_cast<ssize_t>(sizeof h));
+  std::thread rank1(
+      [&] { ts[1] = std::make_unique<TcpTransport>(rdv, "strays", 1, 2, small_options()); });
+  rank0.join();
+  rank1.join();
+  ASSERT_EQ(error, "");
+  for (int s : {garbage, version, idle}) {
+    char c;
+    const ssize_t got = recv(s, &c, 1, 0);  // EOF, or a reset when it had unread bytes
+    EXPECT_TRUE(got == 0 || (got < 0 && errno == ECONNRESET)) << "a stray was not closed";
+    close(s);
+  }
+  EXPECT_LT(connect_loopback(port), 0) << "the port is still open after setup";
+  std::vector<uint8_t> data(10000, 7);
+  SendOp send_op = testing::make_send(1, data.data(), data.size(), 3);
+  testing::Receive rv(0);
+  std::thread sender([&] { testing::drive(*ts[0], &send_op, nullptr); });
+  testing::drive(*ts[1], nullptr, &rv.op);
+  sender.join();
+  EXPECT_EQ(rv.sink.data, data);
 }
 
 TEST(TcpTransport, AnIdleStrayConnectionDoesNotHoldSetupUp) {
