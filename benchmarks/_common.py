@@ -4,35 +4,27 @@ from __future__ import annotations
 
 import importlib
 import os
-import re
 import socket
 import statistics
 import sys
 from dataclasses import dataclass
+from pathlib import Path
 from types import ModuleType
 from typing import Any
 
 import torch
 
-_UNITS = {
-    "": 1,
-    "b": 1,
-    "k": 1 << 10,
-    "kib": 1 << 10,
-    "m": 1 << 20,
-    "mib": 1 << 20,
-    "g": 1 << 30,
-    "gib": 1 << 30,
-}
-_SIZE_RE = re.compile(r"^\s*(\d+)\s*([a-zA-Z]*)\s*$")
-
+REPO_ROOT = Path(__file__).resolve().parent.parent
 
 def parse_size(text: str) -> int:
-    """Parse '4KiB', '1M', '64MiB', '4096' into bytes (binary units: K = KiB = 1024)."""
-    m = _SIZE_RE.match(text)
-    if not m or m.group(2).lower() not in _UNITS:
-        raise ValueError(f"bad size {text!r}: use e.g. 4096, 4KiB, 1MiB, 64M, 1GiB")
-    return int(m.group(1)) * _UNITS[m.group(2).lower()]
+    """'4KiB', '1MiB', '64MB', '4096' in bytes, by stragg's one size parser (KiB/MiB/GiB are
+    powers of 2, KB/MB/GB powers of 10, bare K/M/G rejected as ambiguous)."""
+    from stragg._core_loader import load_core
+
+    try:
+        return int(load_core().parse_size(text, "size"))
+    except Exception as exc:  # stragg's SettingsError: argparse reports a ValueError
+        raise ValueError(str(exc).removeprefix("stragg: ")) from exc
 
 
 def parse_sizes(text: str) -> list[int]:

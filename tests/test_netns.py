@@ -14,16 +14,21 @@ MASTER_PORT set by the cluster.
 Checks: ranks in different namespaces are not treated as one host (transport is not "shm":
 "tcp", or "mixed" with two ranks per host; with STRAGG_TRANSPORT=tcp it is "tcp"), all_reduce
 results match a reference and are bitwise identical across ranks, and a rank killed on the other
-host is detected promptly.
+host is detected promptly. Faults on the TCP transport: a stopped rank, a mismatch, a cut link
+(policy routing drops one connection), an absent rank and strangers on a rank's port are each
+reported as the README says, naming the right rank or link.
 
 Skips (with the reason) when namespaces cannot be created; FAILS then under STRAGG_TEST_REQUIRE=1.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
+import subprocess
 import sys
+import time
 import types
 from collections.abc import Iterator
 from typing import Any
@@ -49,10 +54,23 @@ def two_hosts(request: pytest.FixtureRequest, tmp_path: Any) -> Iterator[Any]:
         yield types.SimpleNamespace(cluster=cluster, workdir=str(tmp_path))
 
 
-def _run(
-    hosts: Any, world: int, mode: str, transport: str | None, advertise: bool = True
-) -> tuple[list[dict], list[str]]:
-    """Runs `world` ranks across the two hosts; returns their JSON results and outputs.
+@dataclasses.dataclass
+class Started:
+    job: Any
+    ranks: list[int]
+    outs: list[str]
+
+
+def _start(
+    hosts: Any,
+    world: int,
+    mode: str,
+    transport: str | None,
+    advertise: bool = True,
+    env: dict[str, str] | None = None,
+    ranks: list[int] | None = None,
+) -> Started:
+    """Starts `ranks` (default all) of `world` across the two hosts, with extra `env`.
 
     advertise=False leaves STRAGG_TCP_HOST unset: the backend must find the rank's address
     itself (the local address that routes to the store host).
@@ -61,37 +79,55 @@ def _run(
 
     cluster, tag = hosts.cluster, f"{mode}-{transport}-{world}"
     outs = [os.path.join(hosts.workdir, f"{tag}-rank{r}.json") for r in range(world)]
+    ranks = list(range(world)) if ranks is None else ranks
     specs = []
-    for r in range(world):
+    for r in ranks:
         host = cluster.host(r % 2)
-        extra = {"OMP_NUM_THREADS": "1"}
+        extra = {"OMP_NUM_THREADS": "1", "STRAGG_TEST_WORKDIR": hosts.workdir}
         if advertise:
             extra["STRAGG_TCP_HOST"] = host.addr  # the address stragg's TCP transport advertises
-        env = cluster.env(host.rank, r, world, r // 2, (world + 1) // 2, STORE_PORT, extra)
-        env.pop("STRAGG_TRANSPORT", None)
+        extra.update(env or {})
+        rank_env = cluster.env(host.rank, r, world, r // 2, (world + 1) // 2, STORE_PORT, extra)
+        rank_env.pop("STRAGG_TRANSPORT", None)
         if transport is not None:
-            env["STRAGG_TRANSPORT"] = transport
+            rank_env["STRAGG_TRANSPORT"] = transport
         if not advertise:
-            env.pop("STRAGG_TCP_HOST", None)
+            rank_env.pop("STRAGG_TCP_HOST", None)
         argv = [sys.executable, RANK_SCRIPT, outs[r], mode]
-        specs.append(ProcSpec(f"rank{r}", host.rank, argv, env))
-    # fail_fast=False: in "kill" mode one rank dies on purpose and rank 0 must report it.
-    job = cluster.launch(specs, output=None)
-    done = job.wait(timeout=RUN_TIMEOUT_S, fail_fast=False)
+        specs.append(ProcSpec(f"rank{r}", host.rank, argv, rank_env))
+    return Started(cluster.launch(specs, output=None), ranks, outs)
+
+
+def _collect(started: Started) -> tuple[list[dict], list[str]]:
+    """Waits for the started ranks (RUN_TIMEOUT_S at most); their JSON results and outputs."""
+    # fail_fast=False: in the fault modes ranks fail on purpose and every one must report.
+    done = started.job.wait(timeout=RUN_TIMEOUT_S, fail_fast=False)
     results = []
-    for r in range(world):
+    for r in started.ranks:
         try:
-            with open(outs[r]) as f:
+            with open(started.outs[r]) as f:
                 results.append(json.load(f))
         except (OSError, ValueError):
             results.append({"rank": r, "ok": False, "error": "no result (died or hung)"})
     if done.timed_out:
-        hung = [int(label[4:]) for label in done.killed]
+        hung = [int(label[4:]) for label in done.killed if label.startswith("rank")]
         pytest.fail(
             f"ranks {hung} did not finish within {RUN_TIMEOUT_S} s\n"
             + _story(results, done.outputs)
         )
     return results, done.outputs
+
+
+def _run(
+    hosts: Any,
+    world: int,
+    mode: str,
+    transport: str | None,
+    advertise: bool = True,
+    env: dict[str, str] | None = None,
+) -> tuple[list[dict], list[str]]:
+    """Runs `world` ranks across the two hosts; returns their JSON results and outputs."""
+    return _collect(_start(hosts, world, mode, transport, advertise, env))
 
 
 def _story(results: list[dict], outputs: list[str]) -> str:
@@ -181,3 +217,143 @@ def test_rank_killed_on_the_other_host_is_detected(two_hosts: Any, transport: st
     assert survivor["second_after_s"] < 20.0, story
     if transport == "tcp":
         assert "1 has died" in survivor["second"], story
+
+
+# ----------------------------------------------------------------------------------------------
+# Faults on the TCP transport (the same cases as test_faults.py / test_allreduce_faults.py on
+# one host, plus what only a network has: a cut link, strangers on the port)
+# ----------------------------------------------------------------------------------------------
+
+INTRUDER_SCRIPT = os.path.join(HERE, "scripts", "netns_intruder.py")
+PORT_BASE = 29700  # rank r listens on PORT_BASE + r (outside the ephemeral range)
+
+
+def _report(fault: str, results: list[dict]) -> None:
+    """STRAGG_FAULT_REPORT=<file>: one JSON line per rank's error (see test_faults.py)."""
+    path = os.environ.get("STRAGG_FAULT_REPORT")
+    if not path:
+        return
+    with open(path, "a", encoding="utf-8") as fh:
+        for r in results:
+            msg = r.get("error") or r.get("second")
+            if msg and msg != "completed":
+                secs = r.get("error_after_s", r.get("second_after_s"))
+                line = {"fault": f"tcp: {fault}", "rank": r["rank"], "seconds": secs}
+                fh.write(json.dumps({**line, "message": msg}) + "\n")
+
+
+@pytest.mark.stragg_only
+def test_tcp_stopped_rank_is_named_by_every_survivor(two_hosts: Any) -> None:
+    results, logs = _run(
+        two_hosts, 4, "stop", "tcp", env={"STRAGG_TEST_PG_TIMEOUT_S": "8"}
+    )
+    story = _story(results, logs)
+    assert all(r["ok"] for r in results), story
+    _report("rank SIGSTOPped", results)
+    for r in results:
+        err = r["error"]
+        if r["rank"] == 1:  # continued after the others gave up
+            assert "aborted" in err and "rank 1 " in err and "stopped responding" in err, story
+            continue
+        assert "rank 1 " in err and "stopped responding (no heartbeat for " in err, story
+        assert r["error_after_s"] < 8 + 10, story
+
+
+@pytest.mark.stragg_only
+def test_tcp_mismatch_raises_on_every_rank(two_hosts: Any) -> None:
+    results, logs = _run(two_hosts, 4, "mismatch", "tcp", env={"STRAGG_TEST_PG_TIMEOUT_S": "30"})
+    story = _story(results, logs)
+    assert all(r["ok"] for r in results), story
+    _report("numel mismatch", results)
+    for r in results:
+        assert "numel 10 (rank 0) vs 11 (rank 1)" in r["error"], story
+        assert r["error_after_s"] < 10, story
+
+
+def _cut_link(hosts: Any, port: int) -> None:
+    """Silently drops every packet of the connections to `port` on host A from host B (policy
+    routing into a blackhole on both ends: a pulled cable for those connections only)."""
+    cluster = hosts.cluster
+    for host, selector in ((1, "dport"), (0, "sport")):
+        for cmd in (
+            "ip route add blackhole default table 100",
+            f"ip rule add ipproto tcp {selector} {port} lookup 100 prio 100",
+        ):
+            cluster.exec(host, cmd.split(), check=True)
+
+
+@pytest.mark.stragg_only
+def test_tcp_cut_link_is_named_by_every_rank(two_hosts: Any) -> None:
+    """The link between rank 2 (host A) and rank 3 (host B) goes silent mid-job; every other
+    connection stays up. Every rank names that link, not a rank."""
+    env = {"STRAGG_TEST_PG_TIMEOUT_S": "10", "STRAGG_TEST_TCP_PORT_BASE": str(PORT_BASE)}
+    started = _start(two_hosts, 4, "cut", "tcp", env=env)
+    deadline = time.monotonic() + RUN_TIMEOUT_S
+    ready = [os.path.join(two_hosts.workdir, f"ready.{r}") for r in range(4)]
+    while not all(os.path.exists(p) for p in ready) and time.monotonic() < deadline:
+        if not started.job.running():
+            break
+        time.sleep(0.05)
+    try:
+        _cut_link(two_hosts, PORT_BASE + 2)  # rank 3 connects to rank 2's port, nobody else
+    except (subprocess.CalledProcessError, OSError) as exc:
+        pytest.skip(f"policy routing (ip rule ipproto/dport) unavailable: {exc}")
+    finally:
+        open(os.path.join(two_hosts.workdir, "go"), "w").close()
+    results, logs = _collect(started)
+    story = _story(results, logs)
+    assert all(r["ok"] for r in results), story
+    _report("link between ranks 2 and 3 cut", results)
+    for r in results:
+        assert "the connection between ranks 2 and 3 is down" in r["error"], story
+        assert r["error_after_s"] < 10 + 10, story
+
+
+@pytest.mark.stragg_only
+def test_tcp_absent_rank_is_named(two_hosts: Any) -> None:
+    """Rank 3 never starts; rank 0 hosts the store (tcp:// init) and fails in torch's TCPStore
+    ('3/4 clients joined'); ranks 1 and 2 name rank 3."""
+    started = _start(two_hosts, 4, "check", "tcp", env={"STRAGG_TEST_PG_TIMEOUT_S": "5"},
+                     ranks=[0, 1, 2])
+    results, logs = _collect(started)
+    story = _story(results, logs)
+    assert not any(r["ok"] for r in results), story
+    assert "clients joined" in results[0]["error"], story
+    for r in results[1:]:
+        named = "the process that never started is rank 3" in r["error"]
+        store_gone = "lost the TCPStore" in r["error"] and "see rank 0's error" in r["error"]
+        assert named or store_gone, story
+
+
+@pytest.mark.stragg_only
+def test_tcp_strays_during_setup_are_dropped(two_hosts: Any) -> None:
+    """While rank 0 sets up its mesh, a stranger connects to its port with garbage, with a hello
+    of another protocol version claiming to be rank 1, and with nothing at all: rank 0 drops
+    them, sets up with the real rank 1 and computes correctly; the port is closed afterwards."""
+    env = {"STRAGG_TEST_PG_TIMEOUT_S": "60", "STRAGG_TEST_TCP_PORT_BASE": str(PORT_BASE)}
+    from stragg.emucluster import ProcSpec
+
+    cluster = two_hosts.cluster
+    a = cluster.host(0)
+    out = os.path.join(two_hosts.workdir, "intruder.json")
+    argv = [sys.executable, INTRUDER_SCRIPT, a.addr, str(PORT_BASE),
+            os.path.join(two_hosts.workdir, "pid.1"), out]
+    intruder = cluster.launch([ProcSpec("intruder", 0, argv, cluster.env(0))], output=None)
+    results, logs = _collect(_start(two_hosts, 2, "check", "tcp", env=env))
+    _check_results(results, logs)
+    done = intruder.wait(timeout=120)
+    intruder_out = done.outputs[0]
+    if done.timed_out:
+        pytest.fail(f"the intruder did not finish:\n{intruder_out}")
+    assert os.path.exists(out), f"the intruder failed:\n{intruder_out}"
+    with open(out) as f:
+        seen = json.load(f)
+    if not seen["connected"]:
+        pytest.skip("rank 1 connected before the stranger could: the setup window was missed")
+    assert seen == {
+        "connected": True,
+        "garbage_dropped": True,
+        "wrong_version_dropped": True,
+        "idle_dropped_after_setup": True,
+        "port_open_after_setup": False,
+    }, f"{seen}\n{intruder_out}"

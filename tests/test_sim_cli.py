@@ -135,3 +135,15 @@ def test_sim_cli_errors(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit):
         sim.main([])
     capsys.readouterr()
+
+
+def test_sim_sizes_use_the_settings_parser(capsys: pytest.CaptureFixture[str]) -> None:
+    """One size parser for stragg: KiB/MiB are powers of 2, KB/MB powers of 10, bare M is
+    ambiguous and rejected (stragg.sim used to read 1M as 10**6)."""
+    base = ["ring", "-n", "4", "--alpha", "0", "--beta", "1", "--json"]
+    for text, value in (("1MiB", 2**20), ("1MB", 10**6), ("64 KiB", 65536), ("4096", 4096)):
+        assert sim.main([*base, "--bytes", text]) == 0
+        assert json.loads(capsys.readouterr().out)["bytes"] == value, text
+    with pytest.raises(SystemExit):
+        sim.main([*base, "--bytes", "1M"])
+    assert "'m' is ambiguous" in capsys.readouterr().err

@@ -1,6 +1,7 @@
 // How errors of the torch-free layers reach Python (both all_reduce paths use this): a
-// stragg::SettingsError becomes ValueError, every other failure torch.distributed.DistBackendError
-// (a RuntimeError); c10 errors pass through unchanged.
+// stragg::SettingsError becomes ValueError, a stragg::StoreError torch.distributed.DistStoreError,
+// every other failure torch.distributed.DistBackendError (both RuntimeErrors); c10 errors pass
+// through unchanged.
 #pragma once
 
 #include <c10/util/Exception.h>
@@ -9,6 +10,7 @@
 #include <string>
 
 #include "plan/settings.h"
+#include "runtime/error.h"
 
 namespace stragg {
 
@@ -22,6 +24,12 @@ inline std::exception_ptr to_dist_error(std::exception_ptr error, const std::str
   } catch (const SettingsError& e) {
     try {
       C10_THROW_ERROR(ValueError, e.what());
+    } catch (...) {
+      return std::current_exception();
+    }
+  } catch (const StoreError& e) {
+    try {
+      C10_THROW_ERROR(DistStoreError, e.what());
     } catch (...) {
       return std::current_exception();
     }

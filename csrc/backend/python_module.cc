@@ -151,17 +151,20 @@ PYBIND11_MODULE(_C, m) {
       .def(py::init([](const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
                        std::chrono::milliseconds timeout, const std::string& group_name,
                        const std::vector<std::tuple<std::string, std::string, std::string>>& raw,
-                       const std::string& store_host) {
+                       const std::string& store_host, const std::string& store_description,
+                       bool store_hosted_by_rank0) {
              std::vector<stragg::SettingValue> values;
              for (const auto& [key, value, source] : raw) values.push_back({key, value, source});
              const stragg::Settings settings =
                  stragg::rethrow_as_dist_error([&] { return stragg::parse_settings(values); });
              py::gil_scoped_release no_gil;
-             return c10::make_intrusive<StraggBackend>(store, rank, size, timeout, group_name,
-                                                       settings, store_host);
+             return c10::make_intrusive<StraggBackend>(
+                 store, rank, size, timeout, group_name, settings,
+                 stragg::StoreInfo{store_host, store_description, store_hosted_by_rank0});
            }),
            py::arg("store"), py::arg("rank"), py::arg("size"), py::arg("timeout"),
-           py::arg("group_name"), py::arg("settings"), py::arg("store_host") = "")
+           py::arg("group_name"), py::arg("settings"), py::arg("store_host") = "",
+           py::arg("store_description") = "", py::arg("store_hosted_by_rank0") = false)
       .def("_attach_inner", &StraggBackend::attach_inner, py::arg("device"), py::arg("backend"))
       .def_property_readonly("transport",
                              [](const StraggBackend& b) { return b.session().transport_name(); })

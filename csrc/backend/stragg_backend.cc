@@ -1,7 +1,9 @@
 #include "backend/stragg_backend.h"
 
+#include <ATen/MemoryOverlap.h>
 #include <c10/util/Exception.h>
 #include <c10/util/Logging.h>
+
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 
 #ifdef STRAGG_BACKEND_CUDA
@@ -17,7 +19,7 @@ namespace stragg {
 
 StraggBackend::StraggBackend(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
                              std::chrono::milliseconds timeout, std::string group_name,
-                             Settings settings, std::string store_host)
+                             Settings settings, StoreInfo store_info)
     : c10d::Backend(rank, size), timeout_(timeout) {
   SessionOptions o;
   o.rank = rank;
@@ -25,7 +27,7 @@ StraggBackend::StraggBackend(const c10::intrusive_ptr<c10d::Store>& store, int r
   o.timeout = timeout;
   o.group_name = std::move(group_name);
   o.settings = std::move(settings);
-  o.store_host = std::move(store_host);
+  o.store_host = store_info.host;
   o.make_store_board = [store, rank, size] {
     // No shared-memory board (TCP across hosts): arrival tickets go through the store.
     return std::make_unique<StoreArrivalBoard>(
@@ -34,7 +36,7 @@ StraggBackend::StraggBackend(const c10::intrusive_ptr<c10d::Store>& store, int r
 #ifdef STRAGG_BACKEND_CUDA
   const std::string cuda_mode = o.settings.cuda_allreduce;
 #endif
-  StoreRendezvous rdv(store);
+  StoreRendezvous rdv(store, store_info.description, store_info.hosted_by_rank0);
   rethrow_as_dist_error([&] { session_ = std::make_unique<Session>(rdv, o); });
 #ifdef STRAGG_BACKEND_CUDA
   if (cuda_mode == "stragg") {
@@ -84,7 +86,15 @@ std::chrono::milliseconds StraggBackend::effective_timeout(
   return requested == c10d::kUnsetTimeout ? timeout_ : requested;
 }
 
+void StraggBackend::check_usable(const char* op) const {
+  if (auto why = session_->failure()) {
+    C10_THROW_ERROR(DistBackendError, "stragg: rank " + std::to_string(getRank()) + ": " + op +
+                                          " on a process group that was " + *why);
+  }
+}
+
 c10d::Backend& StraggBackend::inner_for(c10::DeviceType type, const char* op) {
+  check_usable(op);
   auto& inner = type == c10::DeviceType::CUDA ? cuda_inner_ : cpu_inner_;
   TORCH_CHECK(inner, "stragg: rank ", getRank(), ": ", op, " on ", c10::DeviceTypeName(type),
               " tensors needs an inner ", type == c10::DeviceType::CUDA ? "NCCL" : "Gloo",
@@ -105,13 +115,18 @@ c10::intrusive_ptr<c10d::Work> StraggBackend::allreduce(std::vector<at::Tensor>&
   TORCH_CHECK(tensors.size() == 1, "stragg: rank ", getRank(),
               ": all_reduce takes exactly one tensor per process, got ", tensors.size());
   const at::Tensor& t = tensors[0];
-  if (t.is_sparse()) return inner_for(tensors, "sparse all_reduce").allreduce(tensors, opts);
+  if (t.is_sparse()) {
+    return delegated(inner_for(tensors, "sparse all_reduce").allreduce(tensors, opts),
+                     "sparse all_reduce");
+  }
 #ifdef STRAGG_BACKEND_CUDA
   if (t.is_cuda() && cuda_allreduce_) {
     return cuda_allreduce_->allreduce(t, opts.reduceOp, effective_timeout(opts.timeout));
   }
 #endif
-  if (!t.device().is_cpu()) return inner_for(tensors, "all_reduce").allreduce(tensors, opts);
+  if (!t.device().is_cpu()) {
+    return delegated(inner_for(tensors, "all_reduce").allreduce(tensors, opts), "all_reduce");
+  }
   at::Tensor view = t;
   if (t.is_complex()) {
     TORCH_CHECK(opts.reduceOp.op_ == c10d::ReduceOp::SUM ||
@@ -139,7 +154,8 @@ c10::intrusive_ptr<c10d::Work> StraggBackend::allreduce_coalesced(
                 " and ", t.scalar_type());
   }
   if (!all_cpu_dense) {
-    return inner_for(tensors, "all_reduce_coalesced").allreduce_coalesced(tensors, opts);
+    return delegated(inner_for(tensors, "all_reduce_coalesced").allreduce_coalesced(tensors, opts),
+                     "all_reduce_coalesced");
   }
   std::vector<at::Tensor> flat;
   flat.reserve(tensors.size());
@@ -150,7 +166,8 @@ c10::intrusive_ptr<c10d::Work> StraggBackend::allreduce_coalesced(
 
 c10::intrusive_ptr<c10d::Work> StraggBackend::allreduce_sparse(
     std::vector<at::Tensor>& tensors, const c10d::AllreduceOptions& opts) {
-  return inner_for(tensors, "sparse all_reduce").allreduce_sparse(tensors, opts);
+  return delegated(inner_for(tensors, "sparse all_reduce").allreduce_sparse(tensors, opts),
+                   "sparse all_reduce");
 }
 
 c10::intrusive_ptr<c10d::Work> StraggBackend::submit_allreduce(
@@ -180,14 +197,23 @@ c10::intrusive_ptr<c10d::Work> StraggBackend::submit_allreduce(
       c10d::AllreduceOptions opts;
       opts.reduceOp = to_c10d_reduce_op(op, dtype);
       opts.timeout = timeout;
-      inner_for(c10::DeviceType::CPU, name).allreduce(buffers, opts)->wait();
+      try {
+        inner_for(c10::DeviceType::CPU, name).allreduce(buffers, opts)->wait();
+      } catch (const c10::Error& e) {
+        // Total abort: the group's later operations raise at once with this cause.
+        const std::string msg = e.msg();
+        if (!session_->failure()) {
+          session_->abort(std::string(name) + " failed: " + msg.substr(0, msg.find('\n')));
+        }
+        throw;
+      }
     };
   }
   // The buffer (and the user's tensors) stay alive until the call is done.
-  call.done = [work, buffer, outputs, needs_copy_back](std::exception_ptr error) {
+  call.done = [work, buffer, outputs, needs_copy_back, rank = getRank()](std::exception_ptr error) {
     if (!error && needs_copy_back) {
       try {
-        copy_back(buffer, outputs);
+        copy_back(buffer, outputs, rank);
       } catch (...) {
         error = std::current_exception();
       }
@@ -198,20 +224,55 @@ c10::intrusive_ptr<c10d::Work> StraggBackend::submit_allreduce(
   return work;
 }
 
-void copy_back(const at::Tensor& buffer, const std::vector<at::Tensor>& outputs) {
+namespace {
+
+// Writes `result` (shaped like `out`) into `out`. An expanded `out` (stride-0 dimensions: its
+// elements share memory) gets the one value its shared elements can hold, which is well defined
+// when the result agrees along those dimensions (as it does when every rank expanded alike);
+// otherwise, or for other self-overlapping layouts, a stragg::Error says why.
+void write_result(const at::Tensor& out, const at::Tensor& result, int rank) {
+  // TooHard: strided layouts torch does not analyse; copy_ refuses only a certain overlap.
+  if (at::has_internal_overlap(out) != at::MemOverlap::Yes) {
+    out.copy_(result);
+    return;
+  }
+  at::Tensor target = out;
+  at::Tensor first = result;
+  for (int64_t d = 0; d < out.dim(); ++d) {
+    if (out.stride(d) == 0 && out.size(d) > 1) {
+      target = target.narrow(d, 0, 1);
+      first = first.narrow(d, 0, 1);
+    }
+  }
+  const std::string where = "stragg: rank " + std::to_string(rank) + ": all_reduce: ";
+  if (at::has_internal_overlap(target) == at::MemOverlap::Yes) {
+    throw Error(where +
+                "the tensor's elements overlap in memory in a way that cannot hold the "
+                "result (not a plain expand()); clone() it first");
+  }
+  const at::Tensor whole = first.expand_as(result).contiguous();
+  const at::Tensor want = result.contiguous();
+  if (!at::equal(whole.view(at::kByte), want.view(at::kByte))) {
+    throw Error(where + "the tensor is expanded (stride 0) but the result differs along the " +
+                "expanded dimensions (the ranks did not expand their tensors alike), so this " +
+                "rank's tensor cannot hold it; clone() it first");
+  }
+  target.copy_(first);
+}
+
+}  // namespace
+
+void copy_back(const at::Tensor& buffer, const std::vector<at::Tensor>& outputs, int rank) {
   if (outputs.size() == 1) {
     const at::Tensor& out = outputs[0];
-    if (out.is_complex()) {
-      out.copy_(at::view_as_complex(buffer));
-    } else {
-      out.copy_(buffer.view(out.sizes()));
-    }
+    write_result(out, out.is_complex() ? at::view_as_complex(buffer) : buffer.view(out.sizes()),
+                 rank);
     return;
   }
   int64_t offset = 0;
   for (const auto& out : outputs) {
     const int64_t n = out.numel();
-    out.copy_(buffer.narrow(0, offset, n).view(out.sizes()));
+    write_result(out, buffer.narrow(0, offset, n).view(out.sizes()), rank);
     offset += n;
   }
 }
@@ -251,7 +312,7 @@ void StraggBackend::shutdown() {
 }
 
 void StraggBackend::abort() {
-  session_->abort("the process group was aborted");
+  session_->abort("abort() was called");
 #ifdef STRAGG_BACKEND_CUDA
   if (cuda_allreduce_) cuda_allreduce_->abort("the process group was aborted");
 #endif

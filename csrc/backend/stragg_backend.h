@@ -28,14 +28,20 @@ namespace stragg {
 class CudaAllreduce;  // backend/cuda_allreduce.h
 #endif
 
+// What the Python creator knows about the store behind the group's.
+struct StoreInfo {
+  std::string host;              // TCPStore host / MASTER_ADDR (picks the TCP address); may be ""
+  std::string description;       // "the TCPStore at host:port", for messages
+  bool hosted_by_rank0 = false;  // rank 0's process hosts it (see Rendezvous::hosted_by_rank0)
+};
+
 class StraggBackend final : public c10d::Backend {
  public:
   // Collective over the group: sets the session up through `store` (naming ranks that do not
-  // join within `timeout`). `store_host`: host of the TCPStore / MASTER_ADDR (picks the TCP
-  // address), may be empty.
+  // join within `timeout`, and the store if it fails).
   StraggBackend(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
                 std::chrono::milliseconds timeout, std::string group_name, Settings settings,
-                std::string store_host);
+                StoreInfo store_info);
   ~StraggBackend() override;
 
   // Backends that run the collectives stragg does not: device is "cpu" or "cuda".
@@ -106,6 +112,9 @@ class StraggBackend final : public c10d::Backend {
   void setSequenceNumberForGroup() override;
   uint64_t getSequenceNumberForGroup() override;
 
+  // Like ProcessGroupNCCL's: shutdown() (destroy_process_group) runs the queued all_reduces to
+  // completion, then refuses every operation; abort() fails the running and queued ones at once,
+  // tells every peer, and refuses every operation. Both idempotent.
   void shutdown() override;
   void abort() override;
 
@@ -116,9 +125,16 @@ class StraggBackend final : public c10d::Backend {
                                                   at::Tensor buffer, bool copy_back,
                                                   const c10d::ReduceOp& op,
                                                   std::chrono::milliseconds timeout);
+  // Throws DistBackendError naming `op` and the original cause if the group was aborted (by any
+  // rank) or shut down.
+  void check_usable(const char* op) const;
+  // The inner backend for `op` (check_usable first).
   c10d::Backend& inner_for(c10::DeviceType type, const char* op);
   c10d::Backend& inner_for(const std::vector<at::Tensor>& tensors, const char* op);
   std::chrono::milliseconds effective_timeout(std::chrono::milliseconds requested) const;
+  // Wraps an inner backend's Work (delegated_work.h): an abort while it runs, or its failure,
+  // fails the whole group.
+  c10::intrusive_ptr<c10d::Work> delegated(c10::intrusive_ptr<c10d::Work> inner, const char* op);
 
   std::chrono::milliseconds timeout_;
   std::unique_ptr<Session> session_;
@@ -130,8 +146,9 @@ class StraggBackend final : public c10d::Backend {
 #endif
 };
 
-// Copies the contiguous `buffer` back into the caller's tensors (one tensor, possibly complex or
-// non-contiguous; or several, flattened one after the other as allreduce_coalesced packs them).
-void copy_back(const at::Tensor& buffer, const std::vector<at::Tensor>& outputs);
+// Copies the contiguous `buffer` back into the caller's tensors (one tensor, possibly complex,
+// non-contiguous or expanded; or several, flattened one after the other as allreduce_coalesced
+// packs them). Throws stragg::Error naming `rank` when an expanded tensor cannot hold the result.
+void copy_back(const at::Tensor& buffer, const std::vector<at::Tensor>& outputs, int rank);
 
 }  // namespace stragg

@@ -19,4 +19,11 @@ class TimeoutError : public Error {
   explicit TimeoutError(const std::string& what) : Error(what) {}
 };
 
+// The rendezvous store failed (connection refused, reset or closed; not a timeout). The message
+// names the store and the underlying error.
+class StoreError : public Error {
+ public:
+  explicit StoreError(const std::string& what) : Error(what) {}
+};
+
 }  // namespace stragg

@@ -5,20 +5,14 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "runtime/dtype.h"
 #include "runtime/plan.h"
+#include "runtime/stall.h"
 #include "transport/transport.h"
 
 namespace stragg {
-
-struct CollectiveSpec {
-  const char* op_name = "all_reduce";  // used in error messages
-  uint64_t seq = 0;                    // collective sequence number in the group (same on all ranks)
-  DType dtype = DType::Float32;
-  ReduceOp op = ReduceOp::Sum;
-  size_t numel = 0;
-};
 
 struct ExecutorStats {
   uint64_t runs = 0;
@@ -63,6 +57,9 @@ class Executor {
   Transport& transport() { return transport_; }
 
  private:
+  // Tells the peers where this rank is (Transport::publish_progress).
+  void publish(const CollectiveSpec& spec, int32_t step, const std::vector<int>& awaiting);
+
   Transport& transport_;
   size_t lookahead_;
   ExecutorStats stats_;

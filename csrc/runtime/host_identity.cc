@@ -49,16 +49,27 @@ std::string host_identity() {
 
 unsigned long pid_namespace_id() { return namespace_inode("pid"); }
 
+char process_state(int pid) {
+  if (pid <= 0) return 0;
+  // The state follows the command name, which may itself contain spaces and parentheses.
+  std::string stat = read_first_line(("/proc/" + std::to_string(pid) + "/stat").c_str());
+  auto close_paren = stat.rfind(')');
+  if (close_paren == std::string::npos || close_paren + 2 >= stat.size()) return 0;
+  return stat[close_paren + 2];
+}
+
 bool process_is_dead(int pid) {
   if (pid <= 0) return false;
   if (kill(pid, 0) != 0 && errno == ESRCH) return true;
   // A killed child that its parent has not reaped yet is a zombie: still in the process table,
   // but it will never make progress again.
-  std::string stat = read_first_line(("/proc/" + std::to_string(pid) + "/stat").c_str());
-  auto close_paren = stat.rfind(')');
-  if (close_paren == std::string::npos || close_paren + 2 >= stat.size()) return false;
-  char state = stat[close_paren + 2];
+  const char state = process_state(pid);
   return state == 'Z' || state == 'X';
+}
+
+bool process_is_stopped(int pid) {
+  const char state = process_state(pid);
+  return state == 'T' || state == 't';
 }
 
 }  // namespace stragg

@@ -32,4 +32,10 @@ unsigned long pid_namespace_id();
 // True if `pid` (in our pid namespace) no longer runs: gone or a zombie.
 bool process_is_dead(int pid);
 
+// True if `pid` (in our pid namespace) is stopped: SIGSTOP / SIGTSTP or a debugger (state T/t).
+bool process_is_stopped(int pid);
+
+// The state letter of `pid` in /proc/<pid>/stat (R, S, D, T, t, Z, ...), 0 if unknown.
+char process_state(int pid);
+
 }  // namespace stragg

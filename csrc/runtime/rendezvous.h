@@ -9,6 +9,8 @@
 
 namespace stragg {
 
+// Every operation throws stragg::StoreError (naming the store and the underlying error) when the
+// store itself fails; only get() running out of time is not an error.
 class Rendezvous {
  public:
   virtual ~Rendezvous() = default;
@@ -18,11 +20,18 @@ class Rendezvous {
                                          std::chrono::milliseconds timeout) = 0;
   // True if `key` exists now (never blocks).
   virtual bool check(const std::string& key) = 0;
+  // For messages: "the TCPStore at 10.0.0.1:29500".
+  virtual std::string describe() const { return "the rendezvous store"; }
+  // True when rank 0's process hosts the store (MASTER_ADDR or a tcp:// init_method without
+  // torchrun's agent store): then rank 0 enters stragg's setup only after every process
+  // connected to the store, and a process that never starts shows up as rank 0 missing too.
+  virtual bool hosted_by_rank0() const { return false; }
 };
 
 // Every rank publishes `value` under "<prefix>/<rank>" and collects everybody's values, in rank
-// order. Throws stragg::TimeoutError naming the ranks that did not publish in time, e.g.
-// "stragg: rank 0: <what> timed out after 30 s: ranks [3] did not join".
+// order. Throws stragg::TimeoutError naming the ranks that did not publish in time (never this
+// rank), e.g. "stragg: rank 0: <what> timed out after 30 s: rank 3 did not join", and
+// stragg::StoreError at once when the store fails, naming it and the underlying error.
 std::vector<std::string> exchange_all(Rendezvous& rdv, const std::string& prefix, int rank,
                                       int size, const std::string& value,
                                       std::chrono::milliseconds timeout, const std::string& what);

@@ -9,12 +9,6 @@
 
 namespace stragg {
 
-std::string collective_prefix(int rank, const CollectiveSpec& spec) {
-  std::ostringstream s;
-  s << "stragg: rank " << rank << ": " << spec.op_name << " #" << spec.seq;
-  return s.str();
-}
-
 StepSink::StepSink(int rank, const CollectiveSpec& spec, uint8_t tag, uint32_t step,
                    const PlanOp& op, uint8_t* buf)
     : rank_(rank), spec_(spec), tag_(tag), step_(step), op_(op), buf_(buf) {

@@ -14,9 +14,6 @@
 
 namespace stragg {
 
-// "stragg: rank R: all_reduce #S" (how the executor's messages start).
-std::string collective_prefix(int rank, const CollectiveSpec& spec);
-
 class StepSink final : public RecvSink {
  public:
   StepSink(int rank, const CollectiveSpec& spec, uint8_t tag, uint32_t step, const PlanOp& op,

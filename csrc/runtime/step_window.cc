@@ -184,12 +184,16 @@ bool StepWindow::progress() {
 }
 
 std::vector<int> StepWindow::awaited() const {
+  // Ops still waiting for an earlier op of this rank wait for that op, not for their peer.
+  auto runnable = [this](const std::vector<Dep>& deps) {
+    return std::all_of(deps.begin(), deps.end(), [this](const Dep& d) { return dep_satisfied(d); });
+  };
   std::vector<int> out;
   for (const Active& a : active_) {
-    for (const auto& r : a.recvs)
-      if (!r.done) out.push_back(r.peer);
-    for (const auto& s : a.sends)
-      if (!s.done) out.push_back(s.peer);
+    for (size_t i = 0; i < a.recvs.size(); ++i)
+      if (!a.recvs[i].done && runnable(a.recv_deps[i])) out.push_back(a.recvs[i].peer);
+    for (size_t i = 0; i < a.sends.size(); ++i)
+      if (!a.sends[i].done && runnable(a.send_deps[i])) out.push_back(a.sends[i].peer);
   }
   std::sort(out.begin(), out.end());
   out.erase(std::unique(out.begin(), out.end()), out.end());

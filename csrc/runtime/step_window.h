@@ -52,7 +52,8 @@ class StepWindow {
   // rejected header.
   bool progress();
   bool done() const { return retired_ == plan_.steps.size(); }
-  // Peers this rank still sends to or receives from in the posted steps, sorted, once each.
+  // Peers this rank waits for: those of the unfinished ops of the posted steps that wait for no
+  // earlier op of this rank, sorted, once each.
   std::vector<int> awaited() const;
   // Index of the earliest step not completed yet (== number of steps when done).
   size_t current_step() const { return retired_; }

@@ -100,6 +100,10 @@ uint64_t Session::enqueue(SerialWorker::Job job, const char* name,
 }
 
 uint64_t Session::submit(AllreduceCall call) {
+  if (auto why = failure()) {
+    throw Error("stragg: rank " + std::to_string(opt_.rank) + ": " + call.name +
+                " on a process group that was " + *why);
+  }
   std::lock_guard<std::mutex> lock(submit_mu_);
   const auto enqueued = Clock::now();
   auto shared = std::make_shared<AllreduceCall>(std::move(call));
@@ -119,6 +123,10 @@ uint64_t Session::submit(AllreduceCall call) {
 }
 
 uint64_t Session::submit_external(ExternalCall call) {
+  if (auto why = failure()) {
+    throw Error("stragg: rank " + std::to_string(opt_.rank) + ": " + call.name +
+                " on a process group that was " + *why);
+  }
   std::lock_guard<std::mutex> lock(submit_mu_);
   auto shared = std::make_shared<ExternalCall>(std::move(call));
   const uint64_t seq = next_seq_;
@@ -140,8 +148,10 @@ void Session::check_external_header(const ExternalCall& call, uint64_t seq) {
   rows[me * 3] = static_cast<int64_t>(call.numel);
   rows[me * 3 + 1] = static_cast<int64_t>(call.dtype);
   rows[me * 3 + 2] = static_cast<int64_t>(call.op);
+  current_call_ = static_cast<int64_t>(seq);
   executor_->run(*ring_allreduce_plan(opt_.rank, opt_.size, rows.size()),
-                 next_spec("header exchange", DType::Int64, rows.size()), rows.data(), call.timeout);
+                 next_spec("header exchange", DType::Int64, rows.size(), /*internal=*/true),
+                 rows.data(), call.timeout);
   for (size_t q = 0; q < n; ++q) {
     const int64_t* a = &rows[std::min(q, me) * 3];
     const int64_t* b = &rows[std::max(q, me) * 3];
@@ -199,10 +209,12 @@ void Session::run_call(AllreduceCall& call, CallRecord& record) {
   }
 }
 
-CollectiveSpec Session::next_spec(const char* name, DType dtype, size_t numel) {
+CollectiveSpec Session::next_spec(const char* name, DType dtype, size_t numel, bool internal) {
   CollectiveSpec spec;
   spec.op_name = name;
   spec.seq = wire_seq_++;
+  spec.call = current_call_;
+  spec.internal = internal;
   spec.dtype = dtype;
   spec.op = ReduceOp::Sum;
   spec.numel = numel;
@@ -227,10 +239,11 @@ int Session::call_straggler(const CollectiveSpec& spec, size_t bytes, AllreduceC
 
 void Session::run_on_executor(AllreduceCall& call, CallRecord& record) {
   const InternalSpec internal = [this](const char* name, DType dtype, size_t numel) {
-    return next_spec(name, dtype, numel);
+    return next_spec(name, dtype, numel, /*internal=*/true);
   };
+  current_call_ = static_cast<int64_t>(record.seq);
   profiler_->before_call(*executor_, internal, call.timeout);
-  CollectiveSpec spec = next_spec(call.name, call.dtype, call.numel);
+  CollectiveSpec spec = next_spec(call.name, call.dtype, call.numel, /*internal=*/false);
   spec.op = call.op;
   record.wire_seq = spec.seq;
   const size_t elem = dtype_size(call.dtype);
@@ -290,7 +303,7 @@ void Session::finish_call(AllreduceCall& call, CallRecord& record, std::exceptio
   // same call, so the exchange's sequence number matches everywhere.
   if (!error && executor_) {
     const InternalSpec internal = [this](const char* name, DType dtype, size_t numel) {
-      return next_spec(name, dtype, numel);
+      return next_spec(name, dtype, numel, /*internal=*/true);
     };
     profiler_->after_call(*executor_, internal, record, call.timeout);
   }
@@ -307,7 +320,7 @@ void Session::measure_links(std::function<void(std::exception_ptr)> done) {
   job.run = [this] {
     if (!executor_) return;  // a single rank: no links
     const InternalSpec internal = [this](const char* name, DType dtype, size_t numel) {
-      return next_spec(name, dtype, numel);
+      return next_spec(name, dtype, numel, /*internal=*/true);
     };
     profiler_->probe_links(*executor_, internal, opt_.timeout);
   };
@@ -403,17 +416,34 @@ void Session::shutdown(const std::string& why) {
 }
 
 void Session::abort(const std::string& why) {
+  const std::string reason = "stragg: rank " + std::to_string(opt_.rank) + ": " + why;
   {
     std::lock_guard<std::mutex> lock(submit_mu_);
     stop_reason_ = "aborted";
+    if (local_abort_.empty()) local_abort_ = reason;
   }
-  if (transport_) transport_->signal_abort("stragg: rank " + std::to_string(opt_.rank) + ": " + why);
+  if (transport_) transport_->signal_abort(reason);
   if (worker_) worker_->stop(/*drain=*/false, why);
 }
 
 std::optional<std::string> Session::abort_reason() const {
-  if (!transport_) return std::nullopt;
-  return transport_->abort_reason();
+  if (transport_) {
+    if (auto r = transport_->abort_reason()) return r;
+  }
+  std::lock_guard<std::mutex> lock(submit_mu_);
+  if (!local_abort_.empty()) return local_abort_;
+  return std::nullopt;
+}
+
+std::optional<std::string> Session::failure() const {
+  if (auto reason = abort_reason()) {
+    std::string why = *reason;
+    if (why.rfind("stragg: ", 0) == 0) why = why.substr(8);
+    return "aborted: " + why;
+  }
+  std::lock_guard<std::mutex> lock(submit_mu_);
+  if (!stop_reason_.empty()) return stop_reason_;
+  return std::nullopt;
 }
 
 }  // namespace stragg

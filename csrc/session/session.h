@@ -110,7 +110,7 @@ class Session {
   Straggler straggler() const;
 
   // Queues a call; returns its sequence number (0, 1, ... on this group). Throws stragg::Error
-  // if the session was shut down or aborted.
+  // at once if the session was shut down or aborted (by any rank), with the original cause.
   uint64_t submit(AllreduceCall call);
   // Queues an external call (see ExternalCall); returns its sequence number.
   uint64_t submit_external(ExternalCall call);
@@ -136,12 +136,17 @@ class Session {
   // The dynamic straggler's wait-or-proceed window for a call of `bytes`.
   std::chrono::microseconds dynamic_window_for(size_t bytes) const;
 
-  // Stops accepting calls; queued calls still run (drain) or fail with `why` (abort). abort()
-  // also tells every peer the group is unusable, so their calls raise at once.
+  // Like ProcessGroupNCCL's: shutdown() stops accepting calls and runs the queued ones to
+  // completion (each bounded by its timeout); abort() fails the running call and cancels the
+  // queued ones with `why`, and tells every peer the group is unusable, so their calls raise at
+  // once. Both idempotent; after either, every call raises.
   void shutdown(const std::string& why);
   void abort(const std::string& why);
-  // The reason the group was aborted (by any rank), if it was.
+  // The reason the group was aborted (by any rank, by an executor failure or abort()), if it was.
   std::optional<std::string> abort_reason() const;
+  // Why the group cannot be used any more: "aborted: <the first reason>" or "shut down";
+  // empty while it is usable. What the adapter names when any op on the group is refused.
+  std::optional<std::string> failure() const;
 
  private:
   void run_call(AllreduceCall& call, CallRecord& record);
@@ -153,7 +158,7 @@ class Session {
   void finish_call(AllreduceCall& call, CallRecord& record, std::exception_ptr error);
   int call_straggler(const CollectiveSpec& spec, size_t bytes, AllreduceCall& call,
                      CallRecord& record);
-  CollectiveSpec next_spec(const char* name, DType dtype, size_t numel);
+  CollectiveSpec next_spec(const char* name, DType dtype, size_t numel, bool internal);
   std::string prefix() const;
 
   SessionOptions opt_;
@@ -168,13 +173,15 @@ class Session {
   std::unique_ptr<ArrivalBoard> store_board_;
   std::unique_ptr<SerialWorker> worker_;
 
-  std::mutex submit_mu_;
+  mutable std::mutex submit_mu_;
   uint64_t next_seq_ = 0;
-  std::string stop_reason_;
+  std::string stop_reason_;  // "shut down" / "aborted" once stopped
+  std::string local_abort_;  // this rank's abort reason (also the only one without a transport)
 
   // Worker-thread state.
   uint64_t wire_seq_ = 0;    // collectives on the wire (user calls and internal ones)
   uint64_t agreements_ = 0;  // dynamic straggler agreements so far (the arrival board's key)
+  int64_t current_call_ = -1;  // the user call running (or last run): errors name it
 
   std::atomic<int64_t> allreduce_calls_{0};
   std::atomic<int64_t> allreduce_bytes_{0};

@@ -94,6 +94,33 @@ class ArrivalBoard {
   }
 };
 
+// Where a rank is, as it publishes it for its peers (Transport::publish_progress). A rank that
+// times out reads every peer's Progress to find the rank or link that stopped the group, instead
+// of naming whichever peer it happened to wait for.
+struct Progress {
+  static constexpr int32_t kStarting = -1;  // began the collective, in no step yet (e.g. agreeing)
+  static constexpr int32_t kFinished = -2;  // finished the collective
+  int64_t seq = -1;           // wire sequence number of the collective it is in or last began
+  int64_t call = -1;          // that collective's number as the user counts it (-1: unknown)
+  int32_t step = kStarting;   // step index inside it, or kStarting / kFinished
+  std::vector<int> awaiting;  // peers it waits for (sends or receives not done), sorted
+};
+
+// What a rank can tell about a peer's process and the path to it.
+enum class Liveness : uint8_t {
+  Alive,        // shows signs of life (or the transport cannot tell otherwise)
+  Stopped,      // its process does not run (SIGSTOP, a debugger) or nothing came from it for long
+  Unreachable,  // alive (other ranks hear from it) but this rank does not: the link between is down
+  Dead,         // its process or connection is gone and nothing more can arrive from it
+};
+
+struct PeerStatus {
+  Progress progress;  // the peer's last published progress (seq -1: none seen yet)
+  Liveness liveness = Liveness::Alive;
+  std::string evidence;          // why Stopped / Unreachable, e.g. "no heartbeat for 5.1 s"
+  std::vector<int> cannot_hear;  // peers this peer reported it does not hear (a link down)
+};
+
 class Transport {
  public:
   virtual ~Transport() = default;
@@ -119,14 +146,16 @@ class Transport {
   // (idempotent; the first reason wins). abort_reason() returns the reason if any rank aborted.
   virtual void signal_abort(const std::string& reason) = 0;
   virtual std::optional<std::string> abort_reason() = 0;
-  // Peers known to have died (empty when the transport cannot tell).
+  // Peers known to be dead: their process or connection is gone AND nothing they sent is left
+  // to read (a rank that finished its sends and exited is not dead for a peer still reading
+  // them). Empty when the transport cannot tell. Cheap: the executor asks every 100 ms.
   virtual std::vector<int> dead_peers() = 0;
 
-  // Arrival tickets: each rank announces the sequence number of the collective it starts, so a
-  // rank that times out can name the peers that never arrived. peer_arrival() returns the last
-  // announced sequence number, or -1 if unknown / none yet.
-  virtual void announce_arrival(uint64_t coll_seq) = 0;
-  virtual int64_t peer_arrival(int peer) = 0;
+  // Progress reports: each rank publishes where it is (cheap: the executor calls it when a
+  // collective starts and ends and whenever it waits); a rank that times out reads every peer's
+  // status to name the rank or link that stopped the group. peer_status(rank()) is this rank's.
+  virtual void publish_progress(const Progress& progress) = 0;
+  virtual PeerStatus peer_status(int peer) = 0;
 
   // True if progress(RecvOp&) honours RecvOp::limit (else the executor stages such receives).
   virtual bool supports_recv_limit() const { return false; }

@@ -21,7 +21,9 @@ def _create_backend(dist_opts: Any, backend_opts: Any = None) -> Any:
 
     The stragg backend comes first (its setup names ranks that never join); then the inner Gloo
     backend (CPU collectives other than all_reduce) and, when CUDA and NCCL are available, an
-    inner NCCL backend (CUDA collectives), all from prefixes of the same store. `backend_opts` is
+    inner NCCL backend (CUDA collectives), all from prefixes of the same store. Under torchrun
+    every restart attempt uses its own prefixes (TORCHELASTIC_RESTART_COUNT), so an attempt
+    never reads the keys a failed one left in the agent's store. `backend_opts` is
     init_process_group's / new_group's `pg_options`: a dict of settings or stragg.Options.
     """
     from . import _C  # the C++ extension is loaded only when a group is really created
@@ -33,21 +35,27 @@ def _create_backend(dist_opts: Any, backend_opts: Any = None) -> Any:
     size = dist_opts.group_size
     timeout = dist_opts.timeout
     group_name = str(dist_opts.group_id)
+    attempt = _attempt_suffix()
+    underlying = _underlying_store(store)
     backend = _C.StraggBackend(
-        dist.PrefixStore("stragg/", store),
+        dist.PrefixStore("stragg" + attempt, store),
         rank,
         size,
         timeout,
         group_name,
         raw_settings(backend_opts),
         _store_host(store),
+        store_description=_store_description(underlying),
+        store_hosted_by_rank0=_store_hosted_by_rank0(underlying),
     )
-    gloo = dist.ProcessGroupGloo(dist.PrefixStore("gloo/", store), rank, size, timeout)
+    gloo = dist.ProcessGroupGloo(dist.PrefixStore("gloo" + attempt, store), rank, size, timeout)
     backend._attach_inner("cpu", gloo)
     if torch.cuda.is_available() and dist.is_nccl_available():
         nccl_opts = dist.ProcessGroupNCCL.Options()
         nccl_opts._timeout = timeout
-        nccl = dist.ProcessGroupNCCL(dist.PrefixStore("nccl/", store), rank, size, nccl_opts)
+        nccl = dist.ProcessGroupNCCL(
+            dist.PrefixStore("nccl" + attempt, store), rank, size, nccl_opts
+        )
         backend._attach_inner("cuda", nccl)
     logger.info(
         "stragg: rank %d/%d of group %s: all_reduce via %s transport, algorithm %s, straggler %s",
@@ -61,15 +69,49 @@ def _create_backend(dist_opts: Any, backend_opts: Any = None) -> Any:
     return backend
 
 
-def _store_host(store: Any) -> str:
-    """Host of the TCPStore behind `store` (through PrefixStores), else $MASTER_ADDR, else ""."""
+def _attempt_suffix() -> str:
+    """"" normally; "/restart<N>" in a torchrun worker restarted N > 0 times (the agent's store
+    outlives the attempts, and with it every key a failed attempt wrote)."""
+    count = os.environ.get("TORCHELASTIC_RESTART_COUNT", "").strip()
+    return f"/restart{count}" if count.isdigit() and int(count) > 0 else ""
+
+
+def _underlying_store(store: Any) -> Any:
+    """The store behind `store`'s PrefixStores."""
     seen = 0
     while isinstance(store, dist.PrefixStore) and seen < 16:
         store = store.underlying_store
         seen += 1
+    return store
+
+
+def _store_host(store: Any) -> str:
+    """Host of the TCPStore behind `store` (through PrefixStores), else $MASTER_ADDR, else ""."""
+    store = _underlying_store(store)
     if isinstance(store, dist.TCPStore):
         return str(store.host)
     return os.environ.get("MASTER_ADDR", "").strip()
+
+
+def _store_description(store: Any) -> str:
+    """"the TCPStore at host:port" (or the store's type) for stragg's error messages."""
+    if isinstance(store, dist.TCPStore):
+        host = str(store.host)
+        if ":" in host and not host.startswith("["):
+            host = f"[{host}]"
+        return f"the TCPStore at {host}:{store.port}"
+    return f"the {type(store).__name__}"
+
+
+def _store_hosted_by_rank0(store: Any) -> bool:
+    """Whether rank 0's process hosts the TCPStore: torch's env:// and tcp:// rendezvous make rank
+    0 the server (MASTER_ADDR), unless torchrun's agent hosts it (TORCHELASTIC_USE_AGENT_STORE).
+    Stores created by the caller (init_process_group(store=...)) are not known to be."""
+    if not isinstance(store, dist.TCPStore):
+        return False
+    if os.environ.get("TORCHELASTIC_USE_AGENT_STORE", "") == "True":
+        return False
+    return bool(os.environ.get("MASTER_ADDR", "").strip())
 
 
 def _configure_logging() -> None:

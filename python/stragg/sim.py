@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 import sys
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
@@ -115,27 +114,13 @@ def simulate(
     )
 
 
-_UNITS = {
-    "": 1,
-    "b": 1,
-    "k": 1e3,
-    "kb": 1e3,
-    "m": 1e6,
-    "mb": 1e6,
-    "g": 1e9,
-    "gb": 1e9,
-    "kib": 2**10,
-    "mib": 2**20,
-    "gib": 2**30,
-    "tib": 2**40,
-}
-
-
-def parse_bytes(text: str) -> float:
-    m = re.fullmatch(r"\s*([0-9.eE+-]+)\s*([a-zA-Z]*)\s*", text)
-    if not m or m.group(2).lower() not in _UNITS:
-        raise argparse.ArgumentTypeError(f"bad size {text!r} (e.g. 4096, 64MiB, 1GiB)")
-    return float(m.group(1)) * _UNITS[m.group(2).lower()]
+def parse_bytes(text: str) -> int:
+    """A size as every stragg setting takes it (one parser, csrc/plan/settings.cc): an integer
+    with B, KiB/MiB/GiB (powers of 2) or KB/MB/GB (powers of 10); bare K/M/G are ambiguous."""
+    try:
+        return int(_core.parse_size(text, "size"))
+    except Exception as exc:  # stragg's SettingsError
+        raise argparse.ArgumentTypeError(str(exc).removeprefix("stragg: ")) from exc
 
 
 def _parse_slowdown(text: str) -> tuple[int | None, float]:

@@ -206,14 +206,14 @@ TEST(MixedTransport, AbortReachesEveryRankWithTheFirstReason) {
   }
 }
 
-TEST(MixedTransport, ArrivalTicketsAreVisibleToPeers) {
-  // Default socket buffers: the check announces 2000 tickets and never waits, and a TCP
-  // ticket that finds the control socket full is only sent by a later wait or announcement.
+TEST(MixedTransport, ProgressReportsAreVisibleToPeers) {
+  // Default socket buffers: the check publishes 2000 reports and never waits, and a TCP
+  // report that finds the control socket full is only sent by a later wait or report.
   MixedOptions opt = small_options();
   opt.tcp.socket_send_buffer = opt.tcp.socket_recv_buffer = 0;
   for (const std::string letters : {"AAB", "ABB"}) {
     SCOPED_TRACE(letters);
-    testing::check_arrival_tickets_are_visible_to_peers(mixed_maker(letters, opt));
+    testing::check_progress_reports_are_visible_to_peers(mixed_maker(letters, opt));
   }
 }
 

@@ -274,11 +274,72 @@ TEST(Session, AbortFailsQueuedCallsAndLaterCallsRaise) {
         later[r] = e.what();
       }
     } else {
-      first[r] = message(submit(session, b.data(), b.size(), DType::Float32).get());
+      // Fails in the executor, or at submit when rank 0's abort arrived first.
+      try {
+        first[r] = message(submit(session, b.data(), b.size(), DType::Float32).get());
+      } catch (const Error& e) {
+        first[r] = e.what();
+      }
     }
   });
   EXPECT_NE(later[0].find("aborted"), std::string::npos) << later[0];
   EXPECT_NE(first[1].find("the user aborted the group"), std::string::npos) << first[1];
+}
+
+// After an executor failure (here rank 1's numel differs) every rank refuses every later call at
+// once, naming the original cause, and failure() says so for the adapter's other collectives.
+TEST(Session, AfterAFailureEveryCallRaisesAtOnceWithTheOriginalCause) {
+  const int n = 3;
+  InMemoryRendezvous rdv;
+  std::vector<std::string> first(n), later(n), failure(n);
+  run_ranks(n, [&](int r) {
+    Session session(rdv, options(r, n));
+    std::vector<float> b(r == 1 ? 65 : 64, 1.0f);
+    try {  // fails in the executor, or at submit where a peer's abort arrived first
+      first[r] = message(submit(session, b.data(), b.size(), DType::Float32).get());
+    } catch (const Error& e) {
+      first[r] = e.what();
+    }
+    EXPECT_TRUE(testing::eventually_true([&] { return session.failure().has_value(); }));
+    failure[r] = session.failure().value_or("");
+    const auto t0 = std::chrono::steady_clock::now();
+    try {
+      submit(session, b.data(), 64, DType::Float32);
+    } catch (const Error& e) {
+      later[r] = e.what();
+    }
+    EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(5)) << "not at once";
+  });
+  for (int r = 0; r < n; ++r) {
+    EXPECT_NE(first[r].find("mismatch"), std::string::npos) << first[r];
+    EXPECT_EQ(failure[r].find("aborted: rank "), 0u) << failure[r];
+    EXPECT_NE(failure[r].find("numel"), std::string::npos) << failure[r];
+    EXPECT_EQ(later[r].find("stragg: rank " + std::to_string(r) +
+                            ": all_reduce on a process group that was aborted: rank "),
+              0u)
+        << later[r];
+    EXPECT_NE(later[r].find("mismatch"), std::string::npos) << later[r];
+  }
+}
+
+// Without a transport (all_reduce delegated) abort() and shutdown() still fail later calls.
+TEST(Session, DelegatePathRefusesCallsAfterAbortOrShutdown) {
+  InMemoryRendezvous rdv;
+  run_ranks(2, [&](int r) {
+    Settings s;
+    s.transport = TransportChoice::Gloo;
+    Session session(rdv, options(r, 2, s));
+    EXPECT_FALSE(session.failure().has_value());
+    if (r == 0) {
+      session.abort("the user aborted the group");
+      EXPECT_EQ(session.failure().value_or(""), "aborted: rank 0: the user aborted the group");
+    } else {
+      session.shutdown("the process group was destroyed");
+      EXPECT_EQ(session.failure().value_or(""), "shut down");
+    }
+    std::vector<float> b(4, 1.0f);
+    EXPECT_THROW(submit(session, b.data(), b.size(), DType::Float32), Error);
+  });
 }
 
 TEST(Session, ShutdownRunsTheCallsStillQueued) {

@@ -79,8 +79,8 @@ TEST(ShmTransport, AbortReachesEveryRankWithTheFirstReason) {
   testing::check_abort_reaches_every_rank_with_the_first_reason(shm_maker());
 }
 
-TEST(ShmTransport, ArrivalTicketsAreVisibleToPeers) {
-  testing::check_arrival_tickets_are_visible_to_peers(shm_maker());
+TEST(ShmTransport, ProgressReportsAreVisibleToPeers) {
+  testing::check_progress_reports_are_visible_to_peers(shm_maker());
 }
 
 TEST(ShmTransport, WaitReturnsWhenTokenIsStale) {
@@ -95,11 +95,22 @@ TEST(ShmTransport, DataWakesASleepingReceiver) {
   testing::check_data_wakes_a_sleeping_receiver(shm_maker(), SYS_futex);
 }
 
+TEST(ShmTransport, ARankMayExitBeforeItsLastMessageIsRead) {
+  testing::check_a_rank_may_exit_before_its_last_message_is_read(shm_maker());
+}
+
+TEST(ShmTransport, AStoppedRankIsNamedByEverySurvivor) {
+  const auto errors = testing::check_a_stopped_rank_is_named_by_every_survivor(shm_maker());
+  EXPECT_NE(errors[1].find("is stopped: SIGSTOP or a debugger"), std::string::npos) << errors[1];
+}
+
 TEST(HostIdentity, IncludesNetworkNamespace) {
   auto id = host_identity();
   EXPECT_NE(id.find("/net:"), std::string::npos);
   EXPECT_EQ(id, host_identity());
   EXPECT_FALSE(process_is_dead(getpid()));
+  EXPECT_FALSE(process_is_stopped(getpid()));
+  EXPECT_EQ(process_state(getpid()), 'R');
 }
 
 }  // namespace

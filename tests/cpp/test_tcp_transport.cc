@@ -23,10 +23,11 @@
 #include <thread>
 #include <vector>
 
+#include "plan/planner.h"
 #include "runtime/error.h"
 #include "runtime/executor.h"
-#include "plan/planner.h"
 #include "test_util.h"
+#include "transport/tcp/handshake.h"
 #include "transport/tcp/tcp_transport.h"
 #include "transport_checks.h"
 
@@ -35,6 +36,7 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 using testing::eventually;
+using testing::FileRendezvous;
 using testing::InMemoryRendezvous;
 using testing::kLongWait;
 using testing::run_ranks;
@@ -196,6 +198,58 @@ TEST(TcpTransport, HandshakeIgnoresAnImpostor) {
   EXPECT_NE(error.find("not a stragg connection"), std::string::npos) << error;
 }
 
+// Strangers reach rank 0's port before rank 1 does: garbage, a well-formed hello of another
+// protocol version claiming to be rank 1, and an idle connection. Rank 0 drops the first two,
+// sets the mesh up with the real rank 1 (the idle one does not hold it up) and works.
+TEST(TcpTransport, StrangersWithGarbageOrAnotherVersionAreDroppedAndSetupSucceeds) {
+  InMemoryRendezvous rdv;
+  std::vector<std::unique_ptr<TcpTransport>> ts(2);
+  std::string error;
+  std::thread rank0([&] {
+    try {
+      ts[0] = std::make_unique<TcpTransport>(rdv, "strays", 0, 2, small_options());
+    } catch (const Error& e) {
+      error = e.what();
+    }
+  });
+  const int port = published_port(rdv, "strays/tcp/0");
+  const int garbage = connect_loopback(port);
+  const int version = connect_loopback(port);
+  const int idle = connect_loopback(port);
+  ASSERT_GE(garbage, 0);
+  ASSERT_GE(version, 0);
+  ASSERT_GE(idle, 0);
+  char junk[64];
+  for (size_t i = 0; i < sizeof junk; ++i) junk[i] = static_cast<char>(i * 37 + 11);
+  ASSERT_EQ(send(garbage, junk, sizeof junk, MSG_NOSIGNAL), 64);
+  tcp::Hello h{};
+  h.magic = 0x5354524147475443ull;  // "STRAGGTC"
+  h.version = 99;
+  h.from = 1;
+  h.to = 0;
+  h.size = 2;
+  ASSERT_EQ(send(version, &h, sizeof h, MSG_NOSIGNAL), static_cast<ssize_t>(sizeof h));
+  std::thread rank1(
+      [&] { ts[1] = std::make_unique<TcpTransport>(rdv, "strays", 1, 2, small_options()); });
+  rank0.join();
+  rank1.join();
+  ASSERT_EQ(error, "");
+  for (int s : {garbage, version, idle}) {
+    char c;
+    const ssize_t got = recv(s, &c, 1, 0);  // EOF, or a reset when it had unread bytes
+    EXPECT_TRUE(got == 0 || (got < 0 && errno == ECONNRESET)) << "a stray was not closed";
+    close(s);
+  }
+  EXPECT_LT(connect_loopback(port), 0) << "the port is still open after setup";
+  std::vector<uint8_t> data(10000, 7);
+  SendOp send_op = testing::make_send(1, data.data(), data.size(), 3);
+  testing::Receive rv(0);
+  std::thread sender([&] { testing::drive(*ts[0], &send_op, nullptr); });
+  testing::drive(*ts[1], nullptr, &rv.op);
+  sender.join();
+  EXPECT_EQ(rv.sink.data, data);
+}
+
 TEST(TcpTransport, AnIdleStrayConnectionDoesNotHoldSetupUp) {
   InMemoryRendezvous rdv;
   std::unique_ptr<TcpTransport> t0;
@@ -292,8 +346,8 @@ TEST(TcpTransport, SignalAbortFromAnotherThreadWakesTheWaiter) {
   EXPECT_NE(ts[0]->activity_token(), tok);
 }
 
-TEST(TcpTransport, ArrivalTicketsAreVisibleToPeers) {
-  testing::check_arrival_tickets_are_visible_to_peers(tcp_maker());
+TEST(TcpTransport, ProgressReportsAreVisibleToPeers) {
+  testing::check_progress_reports_are_visible_to_peers(tcp_maker());
 }
 
 TEST(TcpTransport, ClosedPeerIsReportedDeadWithoutWaiting) {
@@ -381,7 +435,8 @@ TEST(TcpExecutor, PeerClosingMidCollectiveMakesTheOthersRaiseNamingIt) {
   run_ranks(n, [&](int r) {
     auto t = std::make_unique<TcpTransport>(rdv, "close", r, n, TcpOptions{});
     if (r == 2) {  // gone once the others started the collective and wait for it
-      EXPECT_TRUE(eventually([&] { return t->peer_arrival(0) == 0 && t->peer_arrival(1) == 0; }));
+      EXPECT_TRUE(
+          eventually([&] { return testing::arrival(*t, 0) == 0 && testing::arrival(*t, 1) == 0; }));
       t.reset();
       return;
     }
@@ -400,40 +455,15 @@ TEST(TcpExecutor, PeerClosingMidCollectiveMakesTheOthersRaiseNamingIt) {
   }
 }
 
-// A rendezvous in a directory, for ranks in different processes.
-class FileRendezvous : public Rendezvous {
- public:
-  explicit FileRendezvous(std::string dir) : dir_(std::move(dir)) {}
-  void set(const std::string& key, const std::string& value) override {
-    const std::string tmp = path(key) + ".tmp" + std::to_string(getpid());
-    {
-      std::ofstream(tmp) << value;
-    }
-    std::rename(tmp.c_str(), path(key).c_str());
-  }
-  std::optional<std::string> get(const std::string& key,
-                                 std::chrono::milliseconds timeout) override {
-    const auto deadline = Clock::now() + timeout;
-    while (!check(key)) {
-      if (Clock::now() >= deadline) return std::nullopt;
-      std::this_thread::sleep_for(std::chrono::milliseconds(2));
-    }
-    std::ifstream in(path(key));
-    return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
-  }
-  bool check(const std::string& key) override {
-    struct stat st;
-    return ::stat(path(key).c_str(), &st) == 0;
-  }
+TEST(TcpTransport, ARankMayExitBeforeItsLastMessageIsRead) {
+  testing::check_a_rank_may_exit_before_its_last_message_is_read(tcp_maker());
+}
 
- private:
-  std::string path(const std::string& key) const {
-    std::string k = key;
-    for (char& ch : k) ch = ch == '/' ? '_' : ch;
-    return dir_ + "/" + k;
-  }
-  std::string dir_;
-};
+// The stopped rank's heartbeats stop: after kSilentAfter the survivors know.
+TEST(TcpExecutor, AStoppedRankIsNamedByEverySurvivor) {
+  const auto errors = testing::check_a_stopped_rank_is_named_by_every_survivor(tcp_maker());
+  EXPECT_NE(errors[1].find("no heartbeat for "), std::string::npos) << errors[1];
+}
 
 // Rank 1 is a child process, killed while rank 0 waits for it inside a collective: rank 0
 // raises naming it (with a collective timeout far beyond the test, so from the kernel closing
@@ -449,7 +479,7 @@ TEST(TcpExecutor, KilledProcessIsReportedDead) {
     try {
       FileRendezvous rdv(dir);
       TcpTransport t(rdv, "kill", 1, 2, TcpOptions{});
-      t.announce_arrival(0);
+      testing::arrive(t, 0);
       pause();
     } catch (...) {
     }
@@ -465,7 +495,8 @@ TEST(TcpExecutor, KilledProcessIsReportedDead) {
     spec.numel = numel;
     std::thread killer([&] {
       // Both ranks are inside collective #0 (rank 0's own ticket is taken when it starts).
-      EXPECT_TRUE(eventually([&] { return t.peer_arrival(0) == 0 && t.peer_arrival(1) == 0; }));
+      EXPECT_TRUE(
+          eventually([&] { return testing::arrival(t, 0) == 0 && testing::arrival(t, 1) == 0; }));
       kill(child, SIGKILL);
     });
     try {

@@ -1,10 +1,18 @@
 // Helpers for runtime tests: an in-memory rendezvous shared by threads that play the ranks.
 #pragma once
 
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <chrono>
 #include <condition_variable>
+#include <cstdio>
+#include <fstream>
 #include <functional>
+#include <iterator>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -36,6 +44,50 @@ class InMemoryRendezvous : public Rendezvous {
   std::condition_variable cv_;
   std::map<std::string, std::string> kv_;
 };
+
+// A rendezvous in a directory, for ranks in different processes.
+class FileRendezvous : public Rendezvous {
+ public:
+  explicit FileRendezvous(std::string dir) : dir_(std::move(dir)) {}
+  void set(const std::string& key, const std::string& value) override {
+    const std::string tmp = path(key) + ".tmp" + std::to_string(getpid());
+    { std::ofstream(tmp) << value; }
+    std::rename(tmp.c_str(), path(key).c_str());
+  }
+  std::optional<std::string> get(const std::string& key,
+                                 std::chrono::milliseconds timeout) override {
+    const auto deadline = std::chrono::steady_clock::now() + timeout;
+    while (!check(key)) {
+      if (std::chrono::steady_clock::now() >= deadline) return std::nullopt;
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    }
+    std::ifstream in(path(key));
+    return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  }
+  bool check(const std::string& key) override {
+    struct stat st;
+    return ::stat(path(key).c_str(), &st) == 0;
+  }
+
+ private:
+  std::string path(const std::string& key) const {
+    std::string k = key;
+    for (char& ch : k) ch = ch == '/' ? '_' : ch;
+    return dir_ + "/" + k;
+  }
+  std::string dir_;
+};
+
+// Polls `pred` for up to 30 s; true once it holds.
+template <class Pred>
+bool eventually_true(Pred pred) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (pred()) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  return pred();
+}
 
 // Runs fn(rank) on `size` threads and joins them.
 inline void run_ranks(int size, const std::function<void(int)>& fn) {

@@ -9,7 +9,9 @@
 #pragma once
 
 #include <gtest/gtest.h>
+#include <signal.h>
 #include <sys/syscall.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -17,6 +19,7 @@
 #include <cmath>
 #include <cstring>
 #include <exception>
+#include <filesystem>
 #include <fstream>
 #include <functional>
 #include <memory>
@@ -25,9 +28,9 @@
 #include <thread>
 #include <vector>
 
+#include "plan/planner.h"
 #include "runtime/error.h"
 #include "runtime/executor.h"
-#include "plan/planner.h"
 #include "test_util.h"
 #include "transport/transport.h"
 
@@ -62,6 +65,16 @@ bool eventually(Pred pred) {
   }
   return pred();
 }
+
+// Publishes that this rank began collective `seq` (what the executor does when it starts one).
+inline void arrive(Transport& t, int64_t seq) {
+  Progress p;
+  p.seq = seq;
+  t.publish_progress(p);
+}
+
+// The collective `peer` last began, as `t` sees it (-1: none).
+inline int64_t arrival(Transport& t, int peer) { return t.peer_status(peer).progress.seq; }
 
 // Collects a message into a vector and checks how the transport hands the payload over: one
 // header, then consecutive, 64-byte aligned pieces that split no 64-byte unit.
@@ -252,30 +265,42 @@ inline void check_abort_reaches_every_rank_with_the_first_reason(const MakeTrans
   }
   ts[2]->signal_abort("second reason");  // rank 2 already knows the first reason
   ts[1]->signal_abort("third reason");   // idempotent
-  // Arrival tickets travel behind any abort a rank sent: once every rank sees every ticket, the
-  // later aborts have been delivered too.
-  for (auto& t : ts) t->announce_arrival(99);
+  // Progress reports travel behind any abort a rank sent: once every rank sees every report,
+  // the later aborts have been delivered too.
+  for (auto& t : ts) arrive(*t, 99);
   for (int r = 0; r < 3; ++r) {
     for (int q = 0; q < 3; ++q) {
-      ASSERT_TRUE(eventually([&] { return ts[r]->peer_arrival(q) == 99; })) << r << " " << q;
+      ASSERT_TRUE(eventually([&] { return arrival(*ts[r], q) == 99; })) << r << " " << q;
     }
   }
   for (auto& t : ts) EXPECT_EQ(*t->abort_reason(), "first reason");
 }
 
-// Tickets reach every peer, the newest wins, and unknown ranks read -1.
-inline void check_arrival_tickets_are_visible_to_peers(const MakeTransport& make) {
+// Progress reports reach every peer whole (seq, call, step, awaited ranks), the newest wins,
+// and unknown ranks read seq -1. Healthy peers read as alive.
+inline void check_progress_reports_are_visible_to_peers(const MakeTransport& make) {
   InMemoryRendezvous rdv;
   auto ts = make_group(rdv, 3, make);
-  EXPECT_EQ(ts[0]->peer_arrival(1), -1);
-  EXPECT_EQ(ts[0]->peer_arrival(7), -1);
-  ts[1]->announce_arrival(7);
-  ASSERT_TRUE(eventually([&] { return ts[0]->peer_arrival(1) == 7; }));
-  ASSERT_TRUE(eventually([&] { return ts[2]->peer_arrival(1) == 7; }));
-  EXPECT_EQ(ts[1]->peer_arrival(1), 7);
-  EXPECT_EQ(ts[0]->peer_arrival(2), -1);
-  for (uint64_t seq = 8; seq < 2000; ++seq) ts[1]->announce_arrival(seq);
-  ASSERT_TRUE(eventually([&] { return ts[0]->peer_arrival(1) == 1999; }));
+  EXPECT_EQ(arrival(*ts[0], 1), -1);
+  EXPECT_EQ(arrival(*ts[0], 7), -1);
+  Progress p;
+  p.seq = 7;
+  p.call = 3;
+  p.step = 5;
+  p.awaiting = {0, 2};
+  ts[1]->publish_progress(p);
+  ASSERT_TRUE(eventually([&] { return arrival(*ts[0], 1) == 7; }));
+  ASSERT_TRUE(eventually([&] { return arrival(*ts[2], 1) == 7; }));
+  // Later fields may trail the sequence number by one beat.
+  ASSERT_TRUE(eventually([&] { return ts[2]->peer_status(1).progress.step == 5; }));
+  const PeerStatus s = ts[2]->peer_status(1);
+  EXPECT_EQ(s.progress.call, 3);
+  EXPECT_EQ(s.progress.awaiting, (std::vector<int>{0, 2}));
+  EXPECT_EQ(s.liveness, Liveness::Alive);
+  EXPECT_EQ(arrival(*ts[1], 1), 7);
+  EXPECT_EQ(arrival(*ts[0], 2), -1);
+  for (int64_t seq = 8; seq < 2000; ++seq) arrive(*ts[1], seq);
+  ASSERT_TRUE(eventually([&] { return arrival(*ts[0], 1) == 1999; }));
   EXPECT_TRUE(ts[0]->dead_peers().empty());
 }
 
@@ -322,6 +347,109 @@ inline void check_data_wakes_a_sleeping_receiver(const MakeTransport& make, long
   drive(*ts[1], nullptr, &rv.op);
   EXPECT_EQ(rv.sink.header.step, 9u);
   EXPECT_FALSE(ts[1]->abort_reason().has_value());
+}
+
+// ------------------------------------------------------------------------------------------------
+// Ranks in other processes (forked children), for what threads cannot show: a stopped process,
+// a process that exits.
+
+// A fresh directory for a FileRendezvous; removed by the destructor.
+struct TempDir {
+  TempDir() {
+    char tmpl[] = "/tmp/stragg-test-XXXXXX";
+    path = mkdtemp(tmpl) ? tmpl : "";
+  }
+  ~TempDir() { std::filesystem::remove_all(path); }
+  std::string path;
+};
+
+// Rank 0 is a child process that sends one message to rank 1 and exits before rank 1 reads
+// it: rank 1 must not count it dead while its bytes are unread, and reads them whole.
+inline void check_a_rank_may_exit_before_its_last_message_is_read(const MakeTransport& make) {
+  TempDir dir;
+  const size_t bytes = 200 * 1000;  // fits in shm slots and loopback socket buffers
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    try {
+      FileRendezvous rdv(dir.path);
+      auto t = make(rdv, 0, 2);
+      std::vector<uint8_t> data(bytes);
+      for (size_t i = 0; i < bytes; ++i) data[i] = static_cast<uint8_t>(i * 7);
+      SendOp s = make_send(1, data.data(), bytes, 4);
+      drive(*t, &s, nullptr);
+      _exit(s.done ? 0 : 2);
+    } catch (...) {
+      _exit(1);
+    }
+  }
+  FileRendezvous rdv(dir.path);
+  auto t = make(rdv, 1, 2);
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+  EXPECT_TRUE(t->dead_peers().empty()) << "rank 0 counted dead while its message is unread";
+  Receive rv(0);
+  drive(*t, nullptr, &rv.op);
+  ASSERT_EQ(rv.sink.data.size(), bytes);
+  for (size_t i = 0; i < bytes; ++i) ASSERT_EQ(rv.sink.data[i], static_cast<uint8_t>(i * 7)) << i;
+  EXPECT_TRUE(eventually([&] { return t->dead_peers() == std::vector<int>{0}; }));
+}
+
+// Three ranks run a Ring all_reduce; rank 2 is a child process that stops itself (SIGSTOP) right
+// after it announced the collective. Rank 0 waits for rank 2's data; rank 1 waits only for rank
+// 0 and times out first: its message, and the abort rank 0 then reports, must both name rank 2
+// as the rank that stopped (not rank 0, the one rank 1 waits for). Returns the two messages.
+inline std::vector<std::string> check_a_stopped_rank_is_named_by_every_survivor(
+    const MakeTransport& make) {
+  TempDir dir;
+  const size_t numel = 3000;  // every send fits in the staging: rank 1 never waits for rank 2
+  const pid_t child = fork();
+  EXPECT_GE(child, 0);
+  if (child == 0) {
+    try {
+      FileRendezvous rdv(dir.path);
+      auto t = make(rdv, 2, 3);
+      Executor ex(*t);
+      std::vector<float> buf(numel, 1.0f);
+      CollectiveSpec spec;
+      spec.numel = numel;
+      arrive(*t, 0);
+      raise(SIGSTOP);
+      ex.run(*ring_allreduce_plan(2, 3, numel), spec, buf.data(), kLongWait);
+    } catch (...) {
+    }
+    _exit(0);
+  }
+  std::vector<std::string> errors(2);
+  run_ranks(2, [&](int r) {
+    FileRendezvous rdv(dir.path);
+    auto t = make(rdv, r, 3);
+    EXPECT_TRUE(eventually([&] { return arrival(*t, 2) == 0; }));
+    Executor ex(*t);
+    std::vector<float> buf(numel, 1.0f);
+    CollectiveSpec spec;
+    spec.numel = numel;
+    try {
+      ex.run(*ring_allreduce_plan(r, 3, numel), spec, buf.data(),
+             r == 1 ? std::chrono::milliseconds(5000) : kLongWait);
+    } catch (const Error& e) {
+      errors[r] = e.what();
+    }
+  });
+  kill(child, SIGKILL);
+  waitpid(child, nullptr, 0);
+  EXPECT_NE(errors[1].find("stragg: rank 1: all_reduce #0 timed out after 5 s: rank 2 stopped "
+                           "responding ("),
+            std::string::npos)
+      << errors[1];
+  EXPECT_NE(errors[1].find("; rank 1 was in step 1, waiting for rank 0"), std::string::npos)
+      << errors[1];
+  EXPECT_NE(errors[0].find("stragg: rank 0: all_reduce #0: the group was aborted: rank 1: "
+                           "all_reduce #0 timed out after 5 s: rank 2 stopped responding ("),
+            std::string::npos)
+      << errors[0];
+  return errors;
 }
 
 // ------------------------------------------------------------------------------------------------

@@ -315,17 +315,43 @@ std::vector<int> MixedTransport::dead_peers() {
   return out;
 }
 
-void MixedTransport::announce_arrival(uint64_t coll_seq) {
-  if (shm_) shm_->announce_arrival(coll_seq);
-  tcp_->announce_arrival(coll_seq);
+void MixedTransport::publish_progress(const Progress& progress) {
+  tcp_->publish_progress(progress);
+  if (!shm_) return;
+  // The shm sub-group numbers its ranks 0..k-1; remote peers travel over TCP only.
+  Progress local = progress;
+  local.awaiting.clear();
+  for (int q : progress.awaiting) {
+    if (q >= 0 && q < size_ && is_local(q)) local.awaiting.push_back(layout_.local_rank_of(q));
+  }
+  shm_->publish_progress(local);
 }
 
-int64_t MixedTransport::peer_arrival(int peer) {
-  if (peer < 0 || peer >= size_) return -1;
-  if (shm_ && (peer == rank_ || is_local(peer))) {
-    return shm_->peer_arrival(layout_.local_rank_of(peer));
+PeerStatus MixedTransport::peer_status(int peer) {
+  if (peer < 0 || peer >= size_) return PeerStatus{};
+  PeerStatus tcp = tcp_->peer_status(peer);
+  if (!shm_ || !(peer == rank_ || is_local(peer))) return tcp;
+  // A host mate: its shared-memory report is current (TCP's lags by a heartbeat) and its pid
+  // tells whether it runs; the awaited remote peers come from its TCP report of the same step.
+  PeerStatus local = shm_->peer_status(layout_.local_rank_of(peer));
+  const std::vector<int>& mates = layout_.ranks_on(layout_.host_of(rank_));
+  PeerStatus out = tcp;
+  out.progress = local.progress;
+  out.progress.awaiting.clear();
+  for (int l : local.progress.awaiting) out.progress.awaiting.push_back(mates[l]);
+  if (tcp.progress.seq == local.progress.seq && tcp.progress.step == local.progress.step) {
+    for (int q : tcp.progress.awaiting) {
+      if (!layout_.same_host(q, rank_)) out.progress.awaiting.push_back(q);
+    }
   }
-  return tcp_->peer_arrival(peer);
+  std::vector<int>& awaiting = out.progress.awaiting;
+  std::sort(awaiting.begin(), awaiting.end());
+  awaiting.erase(std::unique(awaiting.begin(), awaiting.end()), awaiting.end());
+  if (local.liveness != Liveness::Alive) {
+    out.liveness = local.liveness;
+    out.evidence = local.evidence;
+  }
+  return out;
 }
 
 }  // namespace stragg

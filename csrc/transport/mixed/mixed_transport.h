@@ -9,7 +9,7 @@
 //   - tcp: a TcpTransport over the whole group, with global rank numbers, that carries data to
 //     remote peers only. Over all ranks rather than only the remote pairs because (1) every rank
 //     then needs the same group and the TCP code stays as it is, (2) its control plane reaches
-//     local peers too: aborts and arrival tickets travel both ways, and a local peer's death is
+//     local peers too: aborts and progress reports travel both ways, and a local peer's death is
 //     seen from its sockets even where its pid cannot be checked (another pid namespace). The
 //     cost is two idle connections per pair of ranks on one host.
 //
@@ -30,7 +30,8 @@
 //
 // Faults: signal_abort() goes out on both (with the first reason this rank knows of, so both
 // carry the same one); abort_reason() keeps the first one seen; dead_peers() is the union of
-// both; arrival tickets go out on both and are read from the peer's own transport. There is no
+// both; progress goes out on both; a host mate's status joins its shm report (current, with
+// its pid's state) and its TCP report (the remote peers it awaits). There is no
 // arrival board (the shm board would cover this host only): the session uses its store board.
 // supports_recv_limit() holds only if both sub-transports support it.
 //
@@ -89,8 +90,8 @@ class MixedTransport final : public GroupTransport {
   void signal_abort(const std::string& reason) override;
   std::optional<std::string> abort_reason() override;
   std::vector<int> dead_peers() override;
-  void announce_arrival(uint64_t coll_seq) override;
-  int64_t peer_arrival(int peer) override;
+  void publish_progress(const Progress& progress) override;
+  PeerStatus peer_status(int peer) override;
 
   // "shm" or "tcp": what carries messages between this rank and `peer`.
   const char* peer_transport(int peer) const;

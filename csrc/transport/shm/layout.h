@@ -1,6 +1,6 @@
 // Layout of a rank's shared-memory segment; every rank's segment is laid out alike:
 //   control block (2 pages) | arrival board (used in rank 0's segment only) | a channel per peer
-// The control block holds the rank's doorbell (doorbell.h), arrival ticket, abort flag and
+// The control block holds the rank's doorbell (doorbell.h), published progress, abort flag and
 // message, and pid. A channel is the ring through which the segment's owner sends to one peer
 // (channel.h): a header page with the head and tail counters, then num_slots slots, each a
 // 128-byte SlotHeader followed by slot_bytes of payload.
@@ -20,6 +20,18 @@ constexpr size_t kControlBytes = 2 * kPage;
 constexpr size_t kChannelHeaderBytes = kPage;
 constexpr size_t kSlotHeaderBytes = 128;
 constexpr size_t kAbortMessageBytes = 4000;
+constexpr int kMaxReportedRanks = 1024;  // a Progress names awaited ranks below this
+constexpr int kAwaitWords = kMaxReportedRanks / 64;
+
+// The owner's published Progress (transport.h). One writer (the owner), any number of readers:
+// a sequence lock (`version` odd while the owner writes) gives readers a consistent copy.
+struct ProgressBlock {
+  std::atomic<uint32_t> version;
+  std::atomic<int32_t> step;
+  std::atomic<int64_t> seq;
+  std::atomic<int64_t> call;
+  std::atomic<uint64_t> awaiting[kAwaitWords];  // bit q: waits for rank q
+};
 
 struct ControlBlock {
   uint64_t magic;
@@ -30,7 +42,7 @@ struct ControlBlock {
   uint32_t pad0;
   alignas(64) std::atomic<uint32_t> doorbell;  // event count: bumped by anyone who has news
   std::atomic<uint32_t> sleeping;              // threads of the owner (about to be) in futex_wait
-  alignas(64) std::atomic<int64_t> arrival;    // last collective sequence number started
+  alignas(64) ProgressBlock progress;          // where the owner is (publish_progress)
   alignas(64) std::atomic<uint32_t> abort_by;  // 0, or 1 + the rank whose message explains it
   std::atomic<uint32_t> own_abort_ready;       // own_abort_message is valid
   char own_abort_message[kAbortMessageBytes];
@@ -48,6 +60,11 @@ struct SlotHeader {
   uint64_t len;           // payload bytes in this piece
 };
 static_assert(sizeof(SlotHeader) <= kSlotHeaderBytes, "slot header too large");
+
+// The owner writes its progress; any rank reads a consistent copy (ranks >= kMaxReportedRanks
+// are not recorded in `awaiting`).
+void write_progress(ProgressBlock& block, const Progress& progress);
+Progress read_progress(const ProgressBlock& block, int size);
 
 // Offsets and sizes of the segments of a group of `size` ranks. `slot_bytes` is a multiple of
 // kPage and `num_slots` at least 1 (ShmTransport rounds the options so).

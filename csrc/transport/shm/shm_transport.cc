@@ -216,19 +216,34 @@ std::optional<std::string> ShmTransport::abort_reason() {
 std::vector<int> ShmTransport::dead_peers() {
   std::vector<int> dead;
   for (int p = 0; p < size_; ++p) {
-    if (pid_checkable_[p] && process_is_dead(peer_pids_[p])) dead.push_back(p);
+    if (!pid_checkable_[p] || !process_is_dead(peer_pids_[p])) continue;
+    // What it sent before it exited stays readable (its segment is still mapped here).
+    const shm::ChannelHeader* ch = layout_->channel(segments_[p]->base(), rank_);
+    if (ch->head.load(std::memory_order_acquire) == ch->tail.load(std::memory_order_acquire)) {
+      dead.push_back(p);
+    }
   }
   return dead;
 }
 
-void ShmTransport::announce_arrival(uint64_t coll_seq) {
-  control(rank_)->arrival.store(static_cast<int64_t>(coll_seq), std::memory_order_release);
-  // No doorbell: arrival tickets are read when diagnosing a timeout, not waited on.
+void ShmTransport::publish_progress(const Progress& progress) {
+  shm::write_progress(control(rank_)->progress, progress);
+  // No doorbell: progress is read when diagnosing a stall, not waited on.
 }
 
-int64_t ShmTransport::peer_arrival(int peer) {
-  if (peer < 0 || peer >= size_) return -1;
-  return control(peer)->arrival.load(std::memory_order_acquire);
+PeerStatus ShmTransport::peer_status(int peer) {
+  PeerStatus s;
+  if (peer < 0 || peer >= size_) return s;
+  s.progress = shm::read_progress(control(peer)->progress, size_);
+  if (peer == rank_ || !pid_checkable_[peer]) return s;
+  if (process_is_dead(peer_pids_[peer])) {
+    s.liveness = Liveness::Dead;
+  } else if (process_is_stopped(peer_pids_[peer])) {
+    s.liveness = Liveness::Stopped;
+    s.evidence =
+        "its process " + std::to_string(peer_pids_[peer]) + " is stopped: SIGSTOP or a debugger";
+  }
+  return s;
 }
 
 }  // namespace stragg

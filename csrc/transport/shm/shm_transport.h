@@ -58,10 +58,13 @@ class ShmTransport final : public GroupTransport {
   // Flags every rank's control block (the first aborting rank wins) and rings every doorbell.
   void signal_abort(const std::string& reason) override;
   std::optional<std::string> abort_reason() override;
-  // Peers whose process is gone (checked by pid where the pid namespace is shared).
+  // Peers whose process is gone (checked by pid where the pid namespace is shared) and whose
+  // channel to this rank holds nothing unread.
   std::vector<int> dead_peers() override;
-  void announce_arrival(uint64_t coll_seq) override;
-  int64_t peer_arrival(int peer) override;
+  // Progress lives in the control block; a peer is Stopped when its process is in state T
+  // (SIGSTOP, a debugger), Dead when gone (pid checks need a shared pid namespace).
+  void publish_progress(const Progress& progress) override;
+  PeerStatus peer_status(int peer) override;
   ArrivalBoard* arrival_board() override { return board_.get(); }
 
   // For transports composed of this one (transport/mixed), from any thread: ring this rank's

@@ -1,16 +1,18 @@
 // One peer's control connection in the TCP transport: small frames beside the data stream.
 //
-// A control frame is {uint32 type, uint32 length, payload}: ABORT carries the reason, ARRIVAL the
-// int64 sequence number of the collective the sender started. The transport reads control
-// connections whenever it waits or is asked about the group's state (abort_reason, dead_peers,
-// peer_arrival, signal_abort), independently of the receives posted on the data connections, so
+// A control frame is {uint32 type, uint32 length, payload}: ABORT carries the reason, BEAT the
+// sender's Progress (transport.h) and the peers it has not heard from for a while (see
+// heartbeat.h). The transport reads control connections whenever it waits, when its heartbeat
+// thread beats, and when it is asked about the group's state (abort_reason, dead_peers,
+// peer_status, signal_abort), independently of the receives posted on the data connections, so
 // an abort reaches a rank that is blocked on some other peer and has no receive posted for the
-// aborting one. Outgoing control bytes are bounded: an unsent arrival ticket is replaced by the
-// newer one, and the transport queues the abort frame once.
+// aborting one. Outgoing control bytes are bounded: an unsent beat is replaced by the newer one,
+// and the transport queues the abort frame once. Any bytes received count as a sign of life.
 //
 // Not thread-safe: the transport guards every ControlConnection with its mutex.
 #pragma once
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -19,11 +21,22 @@
 #include <vector>
 
 #include "transport/tcp/socket.h"
+#include "transport/transport.h"
 
 namespace stragg::tcp {
 
-enum ControlType : uint32_t { kArrival = 1, kAbort = 2 };
+enum ControlType : uint32_t { kAbort = 2, kBeat = 3 };
 constexpr size_t kMaxAbortBytes = 4000;  // an abort reason is cut to this length
+
+// What a BEAT frame carries.
+struct Beat {
+  Progress progress;
+  std::vector<int> cannot_hear;  // peers the sender has not heard from for a while
+};
+// A BEAT frame's payload (lists cut to what fits in one control frame), and back; false if
+// `payload` is not a beat.
+std::string encode_beat(const Beat& beat);
+bool decode_beat(const uint8_t* payload, size_t len, Beat* beat);
 
 class ControlConnection {
  public:
@@ -34,16 +47,19 @@ class ControlConnection {
   bool readable() const { return readable_; }
   // Queued bytes wait for socket space.
   bool has_output() const { return writable_ && out_sent_ < out_.size(); }
-  // The last arrival ticket received from the peer (-1: none yet).
-  int64_t peer_arrival() const { return peer_arrival_; }
+  // The last beat received from the peer (progress.seq -1: none yet).
+  const Beat& peer_beat() const { return peer_beat_; }
+  // When bytes last arrived from the peer (the connection's creation before any did).
+  std::chrono::steady_clock::time_point last_heard() const { return last_heard_; }
 
-  // Reads what arrived. Arrival tickets are recorded; each complete ABORT frame goes to
-  // `on_abort`. Returns false if the stream is corrupt (it is not read any more then).
+  // Reads what arrived. Beats are recorded; each complete ABORT frame goes to `on_abort`.
+  // Returns false if the stream is corrupt (it is not read any more then).
   bool read(const std::function<void(std::string)>& on_abort);
   // Queues a frame (dropped if the peer is gone).
   void queue(uint32_t type, const void* payload, size_t len);
-  // This rank's arrival ticket, sent once the queued frames left (replacing an unsent older one).
-  void announce(int64_t seq) { pending_arrival_ = seq; }
+  // A beat payload (encode_beat), sent once the queued frames left (replacing an unsent older
+  // one).
+  void beat(std::string payload) { pending_beat_ = std::move(payload); }
   // Sends queued bytes without blocking. True when nothing is left to send.
   bool flush();
 
@@ -54,10 +70,11 @@ class ControlConnection {
   std::vector<uint8_t> in_;  // bytes of incomplete frames
   std::string out_;          // queued bytes; out_[0, out_sent_) are gone
   size_t out_sent_ = 0;
-  std::optional<int64_t> pending_arrival_;  // still to send (coalesced: only the newest)
-  bool readable_ = true;                    // not at EOF / failed
+  std::optional<std::string> pending_beat_;  // still to send (coalesced: only the newest)
+  bool readable_ = true;                     // not at EOF / failed
   bool writable_ = true;
-  int64_t peer_arrival_ = -1;
+  Beat peer_beat_;
+  std::chrono::steady_clock::time_point last_heard_ = std::chrono::steady_clock::now();
 };
 
 }  // namespace stragg::tcp

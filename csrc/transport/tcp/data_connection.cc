@@ -1,5 +1,7 @@
 #include "transport/tcp/data_connection.h"
 
+#include <sys/ioctl.h>
+
 #include <algorithm>
 #include <cstring>
 
@@ -15,6 +17,12 @@ constexpr uint64_t kMessageMagic = 0x53545241474d5347ull;  // "STRAGMSG"
 
 DataConnection::DataConnection(Fd fd, int rank, int peer, size_t staging_bytes)
     : fd_(std::move(fd)), rank_(rank), peer_(peer), staging_bytes_(staging_bytes) {}
+
+bool DataConnection::has_unread() const {
+  if (rx_end_ > rx_begin_) return true;
+  int queued = 0;
+  return ioctl(fd_.get(), FIONREAD, &queued) == 0 && queued > 0;
+}
 
 void DataConnection::fail_receive(const std::string& why) {
   rx_broken_ = why;

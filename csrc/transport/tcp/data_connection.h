@@ -51,6 +51,8 @@ class DataConnection {
 
   // The connection ended (EOF or an error): the peer is gone.
   bool ended() const { return ended_; }
+  // Received bytes not handed to a sink yet: in staging or in the socket's receive queue.
+  bool has_unread() const;
   // Whether the last progress() left a receive (send) on this connection unfinished, so a wait
   // must poll for readable (writable); wait_for_activity() clears them.
   bool want_read() const { return want_read_; }

@@ -6,6 +6,7 @@
 #include "transport/common.h"
 #include "transport/tcp/control.h"
 #include "transport/tcp/data_connection.h"
+#include "transport/tcp/heartbeat.h"
 #include "transport/tcp/mesh.h"
 #include "transport/tcp/wait.h"
 
@@ -23,6 +24,7 @@ struct TcpTransport::Peer {
   tcp::DataConnection data;        // only the thread that calls progress() / wait_for_activity()
   tcp::ControlConnection control;  // guarded by mu_
   bool dead = false;               // guarded by mu_
+  bool hung_up = false;            // its FIN arrived (bytes before it may be unread); mu_
 };
 
 // ------------------------------------------------------------------------------------------------
@@ -43,9 +45,17 @@ TcpTransport::TcpTransport(Rendezvous& rdv, const std::string& key_prefix, int r
   }
   activity_ = std::make_unique<tcp::Activity>(rank_);
   poll_set_ = std::make_unique<tcp::PollSet>();
+  if (size_ > 1) heartbeat_ = std::thread([this] { heartbeat_loop(); });
 }
 
-TcpTransport::~TcpTransport() = default;
+TcpTransport::~TcpTransport() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stopping_ = true;
+  }
+  beat_cv_.notify_all();
+  if (heartbeat_.joinable()) heartbeat_.join();
+}
 
 TcpTransport::Peer& TcpTransport::peer_for(int peer, const char* what) {
   check_peer(peer, what);
@@ -62,6 +72,14 @@ void TcpTransport::mark_dead_locked(int peer) {
 void TcpTransport::mark_dead(int peer) {
   std::lock_guard<std::mutex> lock(mu_);
   mark_dead_locked(peer);
+}
+
+// The peer's FIN arrived: dead once the bytes it sent before are consumed (progress() reading
+// EOF marks it then; dead_peers() checks again).
+void TcpTransport::hung_up_locked(int peer) {
+  Peer& p = peers_[peer];
+  p.hung_up = true;
+  if (!p.data.has_unread()) mark_dead_locked(peer);
 }
 
 // ------------------------------------------------------------------------------------------------
@@ -89,10 +107,18 @@ bool TcpTransport::after_data_progress(int peer, bool moved) {
 uint64_t TcpTransport::activity_token() { return activity_->token(); }
 
 void TcpTransport::wait_for_activity(uint64_t token, std::chrono::microseconds max_wait) {
-  fill_poll_set();
-  if (activity_->token() != token) return;
-  if (!poll_set_->wait(max_wait)) return;
-  handle_poll_results();
+  const auto deadline = Clock::now() + max_wait;
+  // Control input alone (a heartbeat) is read and waited past; an abort or a dead peer moves
+  // the token, data or socket space on a data connection returns.
+  while (true) {
+    fill_poll_set();
+    if (activity_->token() != token) break;
+    const auto left =
+        std::chrono::duration_cast<std::chrono::microseconds>(deadline - Clock::now());
+    if (left.count() <= 0 || !poll_set_->wait(left)) break;
+    if (handle_poll_results()) break;
+  }
+  for (Peer& p : peers_) p.data.clear_wants();  // the next progress() sets them
 }
 
 void TcpTransport::wake() { activity_->note(); }
@@ -107,7 +133,7 @@ void TcpTransport::fill_poll_set() {
       if (q == rank_) continue;
       Peer& p = peers_[q];
       if (!p.dead) {
-        short ev = POLLRDHUP;
+        short ev = p.hung_up ? 0 : POLLRDHUP;  // level-triggered: asked once
         if (p.data.want_read()) ev |= POLLIN;
         if (p.data.want_write()) ev |= POLLOUT;
         set.add(p.data.fd(), ev, tcp::PollSet::kData, q);
@@ -119,12 +145,12 @@ void TcpTransport::fill_poll_set() {
       }
     }
   }
-  for (Peer& p : peers_) p.data.clear_wants();  // the next progress() sets them
 }
 
-void TcpTransport::handle_poll_results() {
+bool TcpTransport::handle_poll_results() {
   const tcp::PollSet& set = *poll_set_;
   std::lock_guard<std::mutex> lock(mu_);
+  bool relevant = false;
   for (size_t i = 0; i < set.size(); ++i) {
     const short rev = set.revents(i);
     if (rev == 0) continue;
@@ -132,9 +158,15 @@ void TcpTransport::handle_poll_results() {
     switch (set.kind(i)) {
       case tcp::PollSet::kWake:
         activity_->drain();
+        relevant = true;
         break;
       case tcp::PollSet::kData:
-        if (rev & (POLLRDHUP | POLLHUP | POLLERR)) mark_dead_locked(q);
+        relevant = true;
+        if (rev & (POLLHUP | POLLERR)) {
+          mark_dead_locked(q);
+        } else if (rev & POLLRDHUP) {
+          hung_up_locked(q);
+        }
         break;
       case tcp::PollSet::kControl:
         if (rev & (POLLIN | POLLHUP | POLLERR)) read_control_locked(q);
@@ -142,6 +174,7 @@ void TcpTransport::handle_poll_results() {
         break;
     }
   }
+  return relevant;
 }
 
 // ------------------------------------------------------------------------------------------------
@@ -219,12 +252,20 @@ void TcpTransport::poll_data_hangups_locked() {
   std::vector<int> who;
   for (int q = 0; q < size_; ++q) {
     if (q == rank_ || peers_[q].dead) continue;
+    if (peers_[q].hung_up) {
+      hung_up_locked(q);  // dead once its last bytes were read
+      continue;
+    }
     fds.push_back({peers_[q].data.fd(), POLLRDHUP, 0});
     who.push_back(q);
   }
   if (fds.empty() || tcp::poll_for(fds, std::chrono::microseconds(0)) <= 0) return;
   for (size_t i = 0; i < fds.size(); ++i) {
-    if (fds[i].revents & (POLLRDHUP | POLLHUP | POLLERR)) mark_dead_locked(who[i]);
+    if (fds[i].revents & (POLLHUP | POLLERR)) {
+      mark_dead_locked(who[i]);
+    } else if (fds[i].revents & POLLRDHUP) {
+      hung_up_locked(who[i]);
+    }
   }
 }
 
@@ -239,22 +280,60 @@ std::vector<int> TcpTransport::dead_peers() {
   return dead;
 }
 
-void TcpTransport::announce_arrival(uint64_t coll_seq) {
+void TcpTransport::publish_progress(const Progress& progress) {
   std::lock_guard<std::mutex> lock(mu_);
-  own_arrival_ = static_cast<int64_t>(coll_seq);
+  const bool arrived = progress.seq != own_progress_.seq;
+  own_progress_ = progress;
+  if (arrived) send_beats_locked();  // a new collective: peers learn it at once
+}
+
+void TcpTransport::send_beats_locked() {
+  const auto now = Clock::now();
+  std::vector<tcp::PeerView> views(size_);
   for (int q = 0; q < size_; ++q) {
     if (q == rank_) continue;
-    peers_[q].control.announce(own_arrival_);
+    views[q] = tcp::PeerView{peers_[q].control.last_heard(), peers_[q].dead, {}};
+  }
+  tcp::Beat beat;
+  beat.progress = own_progress_;
+  beat.cannot_hear = tcp::silent_peers(views, rank_, now);
+  const std::string payload = tcp::encode_beat(beat);
+  for (int q = 0; q < size_; ++q) {
+    if (q == rank_) continue;
+    peers_[q].control.beat(payload);
     peers_[q].control.flush();
   }
 }
 
-int64_t TcpTransport::peer_arrival(int peer) {
-  if (peer < 0 || peer >= size_) return -1;
+void TcpTransport::heartbeat_loop() {
+  std::unique_lock<std::mutex> lock(mu_);
+  while (!stopping_) {
+    drain_control_locked();
+    send_beats_locked();
+    beat_cv_.wait_for(lock, tcp::kBeatEvery, [&] { return stopping_; });
+  }
+}
+
+PeerStatus TcpTransport::peer_status(int peer) {
+  PeerStatus s;
+  if (peer < 0 || peer >= size_) return s;
   std::lock_guard<std::mutex> lock(mu_);
-  if (peer == rank_) return own_arrival_;
+  if (peer == rank_) {
+    s.progress = own_progress_;
+    return s;
+  }
   drain_control_locked();
-  return peers_[peer].control.peer_arrival();
+  const auto now = Clock::now();
+  std::vector<tcp::PeerView> views(size_);
+  for (int q = 0; q < size_; ++q) {
+    if (q == rank_) continue;
+    const tcp::Beat& b = peers_[q].control.peer_beat();
+    views[q] = tcp::PeerView{peers_[q].control.last_heard(), peers_[q].dead, b.cannot_hear};
+  }
+  s.progress = peers_[peer].control.peer_beat().progress;
+  s.cannot_hear = peers_[peer].control.peer_beat().cannot_hear;
+  s.liveness = tcp::judge_peer(views, rank_, peer, now, &s.evidence);
+  return s;
 }
 
 }  // namespace stragg

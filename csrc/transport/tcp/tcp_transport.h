@@ -7,29 +7,36 @@
 //   address.h          resolving and printing addresses; local_address_toward() below
 //   socket.h           owned descriptors, socket options, non-blocking transfers
 //   data_connection.h  per peer: framing, bounded receive staging, progress of SendOp/RecvOp
-//   control.h          per peer: control frames (abort, arrival tickets)
+//   control.h          per peer: control frames (abort, heartbeats with the published progress)
+//   heartbeat.h        what silence means: a stopped peer, or a link that is down
 //   wait.h             the activity count and the ppoll() set of wait_for_activity()
 // This class composes them: every pair of ranks shares a data and a control connection.
 //
-// Dead peers. A peer is dead when its data connection has ended: EOF or an error on recv,
-// EPIPE/ECONNRESET on send, or POLLRDHUP/POLLHUP/POLLERR. The data stream (not the control one)
-// decides because its FIN arrives only after every byte the peer sent, so a peer that finished
-// and closed over a slow link is not declared dead while its last bytes are still arriving. A
-// killed process is seen at once (the kernel closes its sockets); dead_peers() polls all data
-// connections without blocking, so it answers immediately.
+// Dead peers. A peer is dead when its data connection has ended and nothing it sent is left to
+// read: EOF on recv, EPIPE/ECONNRESET on send, POLLHUP/POLLERR, or POLLRDHUP (its FIN) once the
+// bytes before the FIN were consumed. The data stream (not the control one) decides because its
+// FIN arrives only after every byte the peer sent, so a peer that finished its sends and exited
+// is not declared dead while a slower rank still has its last bytes to read. A killed process is
+// seen at once (the kernel closes its sockets); dead_peers() polls all data connections without
+// blocking, so it answers immediately.
 //
-// Threads: no background threads. progress() and wait_for_activity() are called by one thread
-// (the executor's); signal_abort(), abort_reason(), dead_peers(), announce_arrival() and
-// peer_arrival() may be called from any thread (control state is guarded by a mutex).
+// Stopped peers and cut links: see heartbeat.h.
+//
+// Threads: one heartbeat thread per transport (beats, reads control input). progress(),
+// wait_for_activity() and dead_peers() are called by one thread (the executor's);
+// signal_abort(), abort_reason(), publish_progress() and peer_status() may be called from any
+// thread (control state is guarded by a mutex).
 #pragma once
 
 #include <chrono>
+#include <condition_variable>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "runtime/rendezvous.h"
@@ -64,7 +71,7 @@ class TcpTransport final : public GroupTransport {
   // (or TimeoutError) naming this rank and the peer that failed or never joined.
   TcpTransport(Rendezvous& rdv, const std::string& key_prefix, int rank, int size,
                const TcpOptions& options);
-  // Closing the sockets is the goodbye: peers see EOF.
+  // Stops the heartbeat thread; closing the sockets is the goodbye: peers see EOF.
   ~TcpTransport() override;
 
   const char* name() const override { return "tcp"; }
@@ -78,11 +85,12 @@ class TcpTransport final : public GroupTransport {
 
   // Queues an ABORT frame to every peer and waits (at most ~1 s) for the frames to leave.
   void signal_abort(const std::string& reason) override;
-  // This and the three below read whatever arrived on the control connections first.
+  // This and the two below read whatever arrived on the control connections first.
   std::optional<std::string> abort_reason() override;
   std::vector<int> dead_peers() override;
-  void announce_arrival(uint64_t coll_seq) override;
-  int64_t peer_arrival(int peer) override;
+  // Beats carry it; a new collective (seq) is sent at once.
+  void publish_progress(const Progress& progress) override;
+  PeerStatus peer_status(int peer) override;
 
   // For transports composed of this one (transport/mixed), from any thread: bump the activity
   // count, so that a wait_for_activity() in another thread returns.
@@ -99,13 +107,16 @@ class TcpTransport final : public GroupTransport {
   bool after_data_progress(int peer, bool moved);
   void mark_dead_locked(int peer);
   void mark_dead(int peer);
+  void hung_up_locked(int peer);
+  void heartbeat_loop();
+  void send_beats_locked();
   void set_abort_reason_locked(std::string reason);
   void read_control_locked(int peer);
   void drain_control_locked();
   void flush_control_blocking_locked(std::chrono::milliseconds budget);
   void poll_data_hangups_locked();
   void fill_poll_set();
-  void handle_poll_results();
+  bool handle_poll_results();  // true if a data connection or the wake fd had news
 
   TcpOptions options_;
   std::string listen_address_;
@@ -117,7 +128,10 @@ class TcpTransport final : public GroupTransport {
   std::mutex mu_;
   std::optional<std::string> abort_reason_;
   bool abort_sent_ = false;
-  int64_t own_arrival_ = -1;
+  Progress own_progress_;
+  bool stopping_ = false;
+  std::condition_variable beat_cv_;
+  std::thread heartbeat_;  // started last, stopped first
 };
 
 // The local address this host uses to reach `host` (an IP literal or name): a UDP socket is
