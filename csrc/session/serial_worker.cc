@@ -2,55 +2,67 @@
 
 namespace stragg {
 
-SerialWorker::SerialWorker() : thread_([this] { loop(); }) {}
+SerialWorker::SerialWorker() {
+  std::shared_ptr<State> state = state_;
+  thread_ = std::thread([state] { loop(state); });
+  thread_id_ = thread_.get_id();
+}
 
-SerialWorker::~SerialWorker() { stop(false, "the worker was destroyed"); }
+SerialWorker::~SerialWorker() {
+  stop(false, "the worker was destroyed");
+  // Destroyed by a job's closures on the worker thread: it cannot join itself; it finishes the
+  // loop on the shared state (stopping, nothing queued) and exits.
+  if (thread_.joinable()) thread_.detach();
+}
 
 bool SerialWorker::submit(Job job) {
   {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (stopping_) return false;
-    queue_.push_back(std::move(job));
+    std::lock_guard<std::mutex> lock(state_->mu);
+    if (state_->stopping) return false;
+    state_->queue.push_back(std::move(job));
   }
-  cv_.notify_one();
+  state_->cv.notify_one();
   return true;
 }
 
-void SerialWorker::loop() {
+void SerialWorker::loop(const std::shared_ptr<State>& state) {
+  State& s = *state;
   while (true) {
-    Job job;
     {
-      std::unique_lock<std::mutex> lock(mu_);
-      cv_.wait(lock, [&] { return !queue_.empty() || stopping_; });
-      if (queue_.empty()) return;  // stopping and nothing left
-      job = std::move(queue_.front());
-      queue_.pop_front();
-      running_ = true;
-    }
-    std::exception_ptr error;
-    try {
-      if (job.run) job.run();
-    } catch (...) {
-      error = std::current_exception();
-    }
-    if (job.finish) job.finish(error);
+      Job job;
+      {
+        std::unique_lock<std::mutex> lock(s.mu);
+        s.cv.wait(lock, [&] { return !s.queue.empty() || s.stopping; });
+        if (s.queue.empty()) return;  // stopping and nothing left
+        job = std::move(s.queue.front());
+        s.queue.pop_front();
+        s.running = true;
+      }
+      std::exception_ptr error;
+      try {
+        if (job.run) job.run();
+      } catch (...) {
+        error = std::current_exception();
+      }
+      if (job.finish) job.finish(error);
+    }  // the job's closures are released here (possibly destroying the SerialWorker)
     {
-      std::lock_guard<std::mutex> lock(mu_);
-      running_ = false;
+      std::lock_guard<std::mutex> lock(s.mu);
+      s.running = false;
     }
-    cv_.notify_all();
+    s.cv.notify_all();
   }
 }
 
 void SerialWorker::stop(bool drain, const std::string& why) {
   std::deque<Job> cancelled;
   {
-    std::lock_guard<std::mutex> lock(mu_);
-    draining_ = stopping_ ? draining_ && drain : drain;
-    stopping_ = true;
-    if (!draining_) cancelled.swap(queue_);
+    std::lock_guard<std::mutex> lock(state_->mu);
+    state_->draining = state_->stopping ? state_->draining && drain : drain;
+    state_->stopping = true;
+    if (!state_->draining) cancelled.swap(state_->queue);
   }
-  cv_.notify_all();
+  state_->cv.notify_all();
   for (auto& job : cancelled) {
     if (job.cancel) job.cancel(why);
   }
@@ -60,18 +72,18 @@ void SerialWorker::stop(bool drain, const std::string& why) {
 }
 
 bool SerialWorker::busy() const {
-  std::lock_guard<std::mutex> lock(mu_);
-  return running_;
+  std::lock_guard<std::mutex> lock(state_->mu);
+  return state_->running;
 }
 
 size_t SerialWorker::pending() const {
-  std::lock_guard<std::mutex> lock(mu_);
-  return queue_.size() + (running_ ? 1 : 0);
+  std::lock_guard<std::mutex> lock(state_->mu);
+  return state_->queue.size() + (state_->running ? 1 : 0);
 }
 
 bool SerialWorker::stopped() const {
-  std::lock_guard<std::mutex> lock(mu_);
-  return stopping_;
+  std::lock_guard<std::mutex> lock(state_->mu);
+  return state_->stopping;
 }
 
 }  // namespace stragg

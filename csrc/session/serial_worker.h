@@ -5,12 +5,18 @@
 // A job is run(), then finish(error) with the exception run() threw (or nullptr), always on the
 // worker thread; a job still queued when the worker stops without draining gets cancel(why)
 // instead, on the stopping thread. finish/cancel must not throw.
+//
+// The worker may be destroyed by its own thread: when a job's closures hold the last reference
+// to the worker's owner (a Work that keeps its process group alive), releasing them runs the
+// owner's destructor there. The queue and flags are shared with the thread, which is then
+// detached and leaves its loop without touching the destroyed object.
 #pragma once
 
 #include <condition_variable>
 #include <deque>
 #include <exception>
 #include <functional>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -43,19 +49,23 @@ class SerialWorker {
   size_t pending() const;
   bool stopped() const;
   // True when called from the worker thread.
-  bool on_worker_thread() const { return std::this_thread::get_id() == thread_.get_id(); }
+  bool on_worker_thread() const { return std::this_thread::get_id() == thread_id_; }
 
  private:
-  void loop();
+  struct State {
+    std::mutex mu;
+    std::condition_variable cv;
+    std::deque<Job> queue;
+    bool stopping = false;
+    bool draining = false;
+    bool running = false;
+  };
+  static void loop(const std::shared_ptr<State>& state);
 
-  mutable std::mutex mu_;
+  std::shared_ptr<State> state_ = std::make_shared<State>();
   std::mutex join_mu_;  // one thread joins
-  std::condition_variable cv_;
-  std::deque<Job> queue_;
-  bool stopping_ = false;
-  bool draining_ = false;
-  bool running_ = false;
   std::thread thread_;
+  std::thread::id thread_id_;
 };
 
 }  // namespace stragg

@@ -3,6 +3,7 @@
 
 #include <atomic>
 #include <future>
+#include <memory>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -76,6 +77,39 @@ TEST(SerialWorker, StopDrainsOrCancels) {
     }
     EXPECT_FALSE(w.submit({}));  // no new jobs after stop
     EXPECT_EQ(w.pending(), 0u);
+  }
+}
+
+// A job's closures may hold the last reference to the worker's owner (a Work keeping its process
+// group alive): releasing them destroys the worker on its own thread. That must neither call
+// std::terminate (a joinable thread destroyed) nor touch the freed worker.
+TEST(SerialWorker, MayBeDestroyedByItsOwnJob) {
+  for (int i = 0; i < 50; ++i) {
+    auto owner = std::make_shared<SerialWorker>();
+    std::promise<void> destroyed;
+    struct Holder {  // signals once the closure holding the last reference is released
+      Holder(std::shared_ptr<SerialWorker> w, std::promise<void>* d) : worker(std::move(w)), done(d) {}
+      Holder(const Holder&) = delete;
+      std::shared_ptr<SerialWorker> worker;
+      std::promise<void>* done;
+      ~Holder() {
+        worker.reset();
+        done->set_value();
+      }
+    };
+    auto holder = std::make_shared<Holder>(owner, &destroyed);
+    std::weak_ptr<SerialWorker> weak = owner;
+    std::promise<void> go;
+    std::shared_future<void> gate = go.get_future().share();
+    SerialWorker::Job job;
+    job.run = [gate] { gate.wait(); };
+    job.finish = [holder](std::exception_ptr) {};
+    ASSERT_TRUE(owner->submit(std::move(job)));
+    holder.reset();
+    owner.reset();  // the job's closure now holds the last reference
+    go.set_value();
+    destroyed.get_future().wait();
+    EXPECT_TRUE(weak.expired());
   }
 }
 
