@@ -163,7 +163,7 @@ std::string diagnose_stall(const StallFacts& f) {
 void Stall::check(Clock::time_point now, const std::vector<int>& awaited,
                   const std::string& doing) {
   const int rank = t_.rank();
-  if (auto reason = t_.abort_reason()) {
+  if (auto reason = t_.abort_reason(); reason && !peers_are_past(awaited)) {
     std::string why = *reason;
     if (why.rfind("stragg: ", 0) == 0) why = why.substr(8);
     throw Error(collective_prefix(rank, spec_) + ": the group was aborted: " + why);
@@ -184,6 +184,21 @@ void Stall::check(Clock::time_point now, const std::vector<int>& awaited,
     }
   }
   if (now >= deadline_) timed_out(awaited, doing);
+}
+
+// An abort raised by a later collective (a peer finished this one, went on and failed there)
+// must not fail this one where it can still complete: every peer this rank waits for has
+// published that it is past this collective, so everything it sends here is already sent.
+bool Stall::peers_are_past(const std::vector<int>& awaited) {
+  if (awaited.empty()) return false;
+  const int64_t seq = static_cast<int64_t>(spec_.seq);
+  for (int q : awaited) {
+    const PeerStatus s = t_.peer_status(q);
+    if (s.liveness == Liveness::Dead) return false;
+    const Progress& p = s.progress;
+    if (!(p.seq > seq || (p.seq == seq && p.step == Progress::kFinished))) return false;
+  }
+  return true;
 }
 
 void Stall::timed_out(const std::vector<int>& awaited, const std::string& doing) {

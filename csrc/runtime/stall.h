@@ -72,12 +72,14 @@ class Stall {
 
   Clock::time_point deadline() const { return deadline_; }
 
-  // Throws if the group was aborted (Error naming the aborting rank's reason), a peer in
+  // Throws if the group was aborted (Error naming the aborting rank's reason; not while every
+  // awaited peer is past this collective: its data is on the way), a peer in
   // `awaited` died (TimeoutError), or the deadline passed (TimeoutError with diagnose_stall).
   // `doing` says what this rank waits for ("in step 3", "agreeing on the straggler").
   void check(Clock::time_point now, const std::vector<int>& awaited, const std::string& doing);
 
  private:
+  bool peers_are_past(const std::vector<int>& awaited);
   [[noreturn]] void timed_out(const std::vector<int>& awaited, const std::string& doing);
 
   Transport& t_;
