@@ -84,7 +84,7 @@ int Executor::agree_on_straggler(const CollectiveSpec& spec, std::chrono::micros
     if (q != rank) everybody.push_back(q);
   }
   std::vector<int> awaited = everybody;
-  auto awaited_at = Clock::time_point::min();
+  auto awaited_at = start - std::chrono::hours(1);  // refreshed at once
   try {
     if (board->arrive(key) == n - 1) return board->decide(key, -1);  // last: no wait
     auto window_end = Clock::time_point::max();

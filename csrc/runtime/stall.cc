@@ -92,9 +92,19 @@ std::vector<std::string> find_roots(const StallFacts& f, const std::string& what
       if (p < 0 || p >= n) continue;
       // q reports it hears nothing from p while p is alive for this rank: the link q-p is down.
       if (contains(s.cannot_hear, p) && p != f.rank && f.peers[p].liveness == Liveness::Alive) {
-        roots.push_back("the connection between ranks " + std::to_string(std::min(p, q)) + " and " +
-                        std::to_string(std::max(p, q)) + " is down (rank " + std::to_string(q) +
-                        " hears nothing from rank " + std::to_string(p) + ", which is alive)");
+        const int lo = std::min(p, q), hi = std::max(p, q);
+        const std::string link = "the connection between ranks " + std::to_string(lo) + " and " +
+                                 std::to_string(hi) + " is down (";
+        auto same = std::find_if(roots.begin(), roots.end(), [&](const std::string& x) {
+          return x.rfind(link, 0) == 0;
+        });
+        if (same == roots.end()) {
+          roots.push_back(link + "rank " + std::to_string(q) + " hears nothing from rank " +
+                          std::to_string(p) + ", which is alive)");
+        } else {  // both directions: one link, said once
+          *same = link + "ranks " + std::to_string(lo) + " and " + std::to_string(hi) +
+                  " hear nothing from each other; both are alive)";
+        }
         continue;
       }
       if (!seen[p]) {

@@ -107,7 +107,17 @@ void HostDevice::run_stream(HostStream* hs) {
     {
       std::unique_lock<std::mutex> lock(hs->mu);
       hs->cv.wait(lock, [&] { return hs->stop || !hs->queue.empty(); });
-      if (hs->stop) return;  // remaining work is dropped, like a destroyed GPU context's
+      if (hs->stop) {
+        // Remaining work is dropped, like a destroyed GPU context's; its memory is released
+        // (the frees queued behind it), as the driver does at context teardown.
+        std::deque<HostStream::Task> left;
+        left.swap(hs->queue);
+        lock.unlock();
+        for (auto& t : left) {
+          if (t.always) t.fn();
+        }
+        return;
+      }
       task = std::move(hs->queue.front());
       hs->queue.pop_front();
     }

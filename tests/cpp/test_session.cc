@@ -102,6 +102,7 @@ TEST(Session, SumAndMaxMatchTheReferenceAndAreBitwiseIdentical) {
   }
   for (int r = 1; r < n; ++r) {
     for (size_t c = 0; c < out[0].size(); ++c) {
+      if (out[0][c].empty()) continue;  // memcmp of null pointers is undefined
       ASSERT_EQ(0, std::memcmp(out[r][c].data(), out[0][c].data(), out[0][c].size() * 4))
           << "rank " << r << " call " << c;
     }

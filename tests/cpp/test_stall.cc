@@ -84,6 +84,20 @@ TEST(StallDiagnosis, AStoppedRankThatNeverArrivedIsNamedBothWays) {
       << m;
 }
 
+TEST(StallDiagnosis, ACutLinkSeenFromBothEndsIsNamedOnce) {
+  auto view = ring_of_four();
+  view[3].cannot_hear = {2};
+  view[2].cannot_hear = {3};
+  view[2].progress.awaiting = {1, 3};  // rank 2 also waits for rank 3 (e.g. OptCC's extra link)
+  StallFacts f = facts(0, view);
+  f.awaited = {2, 3};  // the search reaches both ends
+  const std::string m = diagnose_stall(f);
+  const std::string link = "the connection between ranks 2 and 3 is down";
+  EXPECT_EQ(m.find(link + " (ranks 2 and 3 hear nothing from each other; both are alive)"), 0u)
+      << m;
+  EXPECT_EQ(m.find(link, 1), std::string::npos) << "named twice: " << m;
+}
+
 TEST(StallDiagnosis, ACutLinkIsNamedByTheRanksAtItsEndsAndByTheOthers) {
   // The link between ranks 2 and 3 is down: rank 3 does not hear rank 2 and says so in its
   // beats; rank 2 likewise. Ranks 0 and 1 hear everybody.
