@@ -24,6 +24,12 @@ if [ "$STRAGG_CUDA_MODE" = on ]; then
 fi
 ctest --test-dir build/ctest --output-on-failure -j 2
 
+# The same suites under ASan + UBSan, and the threaded ones under TSan (STRAGG_SANITIZERS=none
+# skips them for a quick local run).
+if [ "${STRAGG_SANITIZERS:-}" != none ]; then
+  bash scripts/sanitizers.sh
+fi
+
 echo "== Installed package: wheel in a fresh venv, demo and a benchmark outside the tree =="
 bash scripts/check_installed.sh
 

@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# The C++ suites of the torch-free layers under sanitizers (called by scripts/test.sh; also
+# runnable alone after scripts/setup.sh):
+#   - AddressSanitizer + UndefinedBehaviorSanitizer (leak checks on): every suite of csrc/core,
+#     plan, runtime, transport, session and the host GPU layer. Any report fails the run.
+#   - ThreadSanitizer: the transports, the worker, the session and the executor (the code with
+#     threads). Tests that fork a stopped child are left out: TSan does not support fork() in a
+#     multi-threaded process.
+# STRAGG_SANITIZERS=asan or tsan runs one of the two; benchmarks (Bench*) never run here.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+JOBS=$(nproc)
+WHICH=${STRAGG_SANITIZERS:-asan,tsan}
+COMMON=(-DSTRAGG_TORCH=OFF -DSTRAGG_PYTHON=OFF -DSTRAGG_BUILD_TESTS=ON -DSTRAGG_CUDA=off
+  -DCMAKE_BUILD_TYPE=RelWithDebInfo)
+
+if [[ $WHICH == *asan* ]]; then
+  echo "== C++ tests under AddressSanitizer + UndefinedBehaviorSanitizer =="
+  cmake -S . -B build/asan "${COMMON[@]}" -DSTRAGG_SANITIZE=address,undefined >/dev/null
+  cmake --build build/asan -j "$JOBS"
+  ASAN_OPTIONS=detect_leaks=1:strict_string_checks=1 \
+    UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+    ctest --test-dir build/asan --output-on-failure -j "$JOBS" -E "Bench"
+fi
+
+if [[ $WHICH == *tsan* ]]; then
+  echo "== C++ tests of the threaded layers under ThreadSanitizer =="
+  TSAN_TARGETS=(test_shm_transport test_tcp_transport test_mixed_transport test_serial_worker
+    test_session test_executor)
+  cmake -S . -B build/tsan "${COMMON[@]}" -DSTRAGG_SANITIZE=thread >/dev/null
+  cmake --build build/tsan -j "$JOBS" --target "${TSAN_TARGETS[@]}"
+  export TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1:suppressions=$PWD/tests/cpp/tsan.supp"
+  for t in "${TSAN_TARGETS[@]}"; do
+    echo "-- $t"
+    build/tsan/tests/cpp/"$t" --gtest_brief=1 --gtest_filter='-*Bench*:*StoppedRank*'
+  done
+fi
