@@ -492,3 +492,38 @@ def test_strided_expanded_and_complex_tensors_match_a_float64_reference() -> Non
                 f"{name}: rank {rank} differs bitwise from rank 0"
             )
             assert values[rank][name]["storage_kept"] == inputs[rank].stride(), name
+
+
+# ----------------------------------------------------------------------------------------------
+# Re-creating the default group on the same store
+# ----------------------------------------------------------------------------------------------
+
+
+def recreate_worker(rank: int, ws: int) -> dict[str, Any]:
+    store = dist.TCPStore(
+        h.HOST,
+        int(os.environ[h.STORE_PORT_ENV]),
+        ws,
+        is_master=False,
+        timeout=timedelta(seconds=60),
+    )
+    sums = []
+    for _ in range(3):
+        h.init_process_group(rank, ws, store=store)
+        t = torch.full((1000,), float(rank + 1))
+        dist.all_reduce(t)
+        g = dist.new_group(backend=h.backend_name())
+        dist.all_reduce(t, group=g)
+        sums.append(t[0].item())
+        dist.destroy_process_group()
+    return {"sums": sums}
+
+
+@pytest.mark.stragg_only
+def test_the_default_group_can_be_recreated_on_the_same_store() -> None:
+    """destroy_process_group() then init_process_group() on the same store, three times: torch
+    reuses the group's store prefix, so the earlier group's setup keys are still there; each
+    incarnation must set up afresh (it once read the old shared-memory names)."""
+    run = h.run_ranks(2, recreate_worker, init=False, destroy=False, pg_timeout_s=60)
+    for rank, v in enumerate(run.values()):
+        assert v["sums"] == [6.0] * 3, f"rank {rank}: {v}"

@@ -35,7 +35,7 @@ def _create_backend(dist_opts: Any, backend_opts: Any = None) -> Any:
     size = dist_opts.group_size
     timeout = dist_opts.timeout
     group_name = str(dist_opts.group_id)
-    attempt = _attempt_suffix()
+    attempt = _attempt_suffix() + _incarnation_suffix(store, size)
     underlying = _underlying_store(store)
     backend = _C.StraggBackend(
         dist.PrefixStore("stragg" + attempt, store),
@@ -74,6 +74,17 @@ def _attempt_suffix() -> str:
     outlives the attempts, and with it every key a failed attempt wrote)."""
     count = os.environ.get("TORCHELASTIC_RESTART_COUNT", "").strip()
     return f"/restart{count}" if count.isdigit() and int(count) > 0 else ""
+
+
+def _incarnation_suffix(store: Any, size: int) -> str:
+    """"" for the first group created on this store under this name; "/i<k>" for the k-th
+    re-creation (destroy_process_group() then init_process_group() on the same store: torch
+    reuses the group's store prefix, and the earlier group's setup keys are still there). Every
+    rank adds 1 to one counter: the ranks of one incarnation read values k*size+1..(k+1)*size,
+    since no rank can start the next one before all have joined this one."""
+    count = int(store.add("stragg_incarnations", 1))
+    k = (count - 1) // max(1, size)
+    return f"/i{k}" if k > 0 else ""
 
 
 def _underlying_store(store: Any) -> Any:
