@@ -1,6 +1,6 @@
 """stragg quickstart: a drop-in all_reduce backend beside Gloo.
 
-    torchrun --nproc-per-node 4 examples/quickstart.py
+    torchrun --nproc-per-node 4 examples/quickstart.py [--max-size 16MiB]
 
 Every rank initialises the usual Gloo default group, then creates a second group on the same
 ranks with the "stragg" backend (registered by `import stragg`). Both groups all_reduce the same
@@ -9,6 +9,7 @@ tensors; the results must be identical, and rank 0 prints a side-by-side timing 
 
 from __future__ import annotations
 
+import argparse
 import statistics
 import time
 
@@ -53,6 +54,11 @@ def time_all_reduce(data: torch.Tensor, groups: dict[str, dist.ProcessGroup]) ->
 
 
 def main() -> None:
+    parser = argparse.ArgumentParser(description="stragg next to Gloo, same tensors")
+    parser.add_argument("--max-size", default="64MiB", choices=["64KiB", "1MiB", "16MiB", "64MiB"],
+                        help="largest message (slow networks: a smaller one)")
+    args = parser.parse_args()
+    limit = {"64KiB": 64 << 10, "1MiB": 1 << 20, "16MiB": 16 << 20, "64MiB": 64 << 20}[args.max_size]
     torch.set_num_threads(1)  # the ranks share this machine's cores
     # torchrun provides rank, world size and rendezvous address in the environment.
     dist.init_process_group(backend="gloo")
@@ -63,7 +69,7 @@ def main() -> None:
         print(f"stragg is not available ({STRAGG_ERROR}); showing gloo only")
 
     rows = []
-    for nbytes in SIZES:
+    for nbytes in (n for n in SIZES if n <= limit):
         numel = nbytes // 4
         # Integer-valued float32 data: every summation order gives the exact same result, so the
         # two backends must agree bit for bit even though they add in different orders.
