@@ -1,4 +1,7 @@
 // all_reduce on CUDA tensors on stragg's GPU executor; see cuda_allreduce.h for the semantics.
+// Over 500 lines on purpose: it is the only file built with STRAGG_BACKEND_CUDA besides the
+// kernels, and its parts (p2p setup, the in-flight list and its poller, shutdown) share one
+// lock and one lifetime; the torch-free logic they drive lives in kernels/ and csrc/session.
 #ifndef STRAGG_BACKEND_CUDA
 #error "cuda_allreduce.cc is compiled only with -DSTRAGG_BACKEND_CUDA (CMake STRAGG_BACKEND_CUDA)"
 #endif

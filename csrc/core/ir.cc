@@ -1,3 +1,7 @@
+// The schedule IR's data structures (csrc/core/ir.h): schedules, compact patterns and their
+// expansion, chunk ranges, per-rank programs, structural validation, relabelling. One file over
+// 500 lines on purpose: every function here operates on Schedule's invariants, which
+// validate_structure() states once; splitting it would scatter the invariants from their checks.
 #include "core/ir.h"
 
 #include <algorithm>

@@ -9,6 +9,9 @@ that STRAGG_TRANSPORT selects on this host, and the STRAGG_* settings in force (
 `--probe` also creates a 2-rank stragg group on this host (two spawned processes) and reports the
 transport it really chose and whether a small all_reduce was correct.
 
+(One module over 500 lines on purpose: each section is a small independent collector, and a
+user reads the report's whole definition in one place.)
+
 Nothing here fails: a part that cannot be read is reported as {"error": "..."}.
 """
 
