@@ -361,100 +361,123 @@ std::vector<RankOp> Schedule::rank_program(int rank) const {
 }
 
 namespace {
+
+// "<algorithm> (n=<n>) step <step>", the prefix of a step's error messages.
 std::string where(const Schedule& s, size_t step) {
   return s.algorithm + " (n=" + std::to_string(s.n) + ") step " + std::to_string(step);
 }
-}  // namespace
 
-void Schedule::validate_structure() const {
+// Checks the per-schedule fields: sizes, chunk weights and owners, slowdowns, phases, stragglers.
+void check_fields(const Schedule& s) {
+  const std::string& algorithm = s.algorithm;
+  const int n = s.n, num_chunks = s.num_chunks;
   if (n < 1) throw ScheduleError(algorithm + ": n must be >= 1");
   if (num_chunks < 1) throw ScheduleError(algorithm + ": num_chunks must be >= 1");
-  if (static_cast<int>(chunk_weights.size()) != num_chunks)
-    throw ScheduleError(algorithm + ": chunk_weights has " + std::to_string(chunk_weights.size()) +
-                        " entries, expected " + std::to_string(num_chunks));
-  for (double w : chunk_weights)
+  if (static_cast<int>(s.chunk_weights.size()) != num_chunks)
+    throw ScheduleError(algorithm + ": chunk_weights has " +
+                        std::to_string(s.chunk_weights.size()) + " entries, expected " +
+                        std::to_string(num_chunks));
+  for (double w : s.chunk_weights)
     if (!(w > 0.0) || !std::isfinite(w))
       throw ScheduleError(algorithm + ": chunk weights must be finite and > 0");
-  if (static_cast<int>(chunk_owner.size()) != num_chunks)
+  if (static_cast<int>(s.chunk_owner.size()) != num_chunks)
     throw ScheduleError(algorithm + ": chunk_owner has wrong size");
-  for (int o : chunk_owner)
+  for (int o : s.chunk_owner)
     if (o < -1 || o >= n) throw ScheduleError(algorithm + ": chunk owner out of range");
-  if (static_cast<int>(rank_slowdown.size()) != n)
+  if (static_cast<int>(s.rank_slowdown.size()) != n)
     throw ScheduleError(algorithm + ": rank_slowdown has wrong size");
-  for (double f : rank_slowdown)
+  for (double f : s.rank_slowdown)
     if (!(f >= 1.0) || !std::isfinite(f))
       throw ScheduleError(algorithm + ": rank slowdown factors must be finite and >= 1");
-  if (phases.empty()) throw ScheduleError(algorithm + ": no phases");
-  for (int s : stragglers)
-    if (s < 0 || s >= n) throw ScheduleError(algorithm + ": straggler rank out of range");
+  if (s.phases.empty()) throw ScheduleError(algorithm + ": no phases");
+  for (int r : s.stragglers)
+    if (r < 0 || r >= n) throw ScheduleError(algorithm + ": straggler rank out of range");
+}
 
-  for (size_t q = 0; q < patterns.size(); ++q) {
-    const Pattern& p = patterns[q];
+// Checks that every pattern's rule is valid and that it went through Schedule::add_pattern.
+void check_patterns(const Schedule& s) {
+  const int n = s.n;
+  for (size_t q = 0; q < s.patterns.size(); ++q) {
+    const Pattern& p = s.patterns[q];
     try {
       check_rule(p, n);
     } catch (const ScheduleError& e) {
-      throw ScheduleError(algorithm + ": pattern " + std::to_string(q) + ": " + e.what());
+      throw ScheduleError(s.algorithm + ": pattern " + std::to_string(q) + ": " + e.what());
     }
     if (static_cast<int>(p.position.size()) != n || p.lane_has_pairs.size() != p.lanes.size() ||
         p.num_classes < 1 ||
         p.lane_of_classes.size() != static_cast<size_t>(p.num_classes) * p.num_classes)
-      throw ScheduleError(algorithm + ": pattern " + std::to_string(q) +
+      throw ScheduleError(s.algorithm + ": pattern " + std::to_string(q) +
                           " is not finalized (use Schedule::add_pattern)");
   }
+}
 
-  std::vector<int> sent(n, -1), recvd(n, -1);
-  std::vector<Transfer> scratch;
-  // Round rule bookkeeping: per rank, chunks sent / received within the current round.
-  std::vector<std::vector<std::pair<int, int>>> round_sends(n), round_reduces(n), round_copies(n);
-  for (size_t i = 0; i < steps.size(); ++i) {
-    const Step& st = steps[i];
-    if (i > 0 && st.round < steps[i - 1].round)
-      throw ScheduleError(where(*this, i) + ": rounds must be non-decreasing");
-    if (i == 0 || st.round != steps[i - 1].round) {
-      for (int r = 0; r < n; ++r) {
-        round_sends[r].clear();
-        round_reduces[r].clear();
-        round_copies[r].clear();
-      }
+// Checks step i's header: phase index and, for a pattern step, pattern index, shift, no list.
+void check_step_header(const Schedule& s, size_t i) {
+  const Step& st = s.steps[i];
+  if (st.phase < 0 || st.phase >= static_cast<int>(s.phases.size()))
+    throw ScheduleError(where(s, i) + ": phase index out of range");
+  if (st.pattern >= 0) {
+    if (st.pattern >= static_cast<int>(s.patterns.size()))
+      throw ScheduleError(where(s, i) + ": pattern index out of range");
+    if (st.shift < 1 || st.shift >= s.patterns[st.pattern].ring_size())
+      throw ScheduleError(where(s, i) + ": pattern shift out of range");
+    if (!st.transfers.empty())
+      throw ScheduleError(where(s, i) + ": a pattern step must not list transfers");
+  }
+}
+
+// Checks step i's transfers: ranks and chunk runs in range, no self-sends, the one-port rule
+// (sent / recvd hold the last step each rank sent / received in), no straggler before arrival.
+void check_step_transfers(const Schedule& s, size_t i, const std::vector<Transfer>& transfers,
+                          std::vector<int>& sent, std::vector<int>& recvd) {
+  const Step& st = s.steps[i];
+  const int n = s.n;
+  for (const Transfer& t : transfers) {
+    if (t.src < 0 || t.src >= n || t.dst < 0 || t.dst >= n)
+      throw ScheduleError(where(s, i) + ": transfer rank out of range (" + std::to_string(t.src) +
+                          "->" + std::to_string(t.dst) + ")");
+    if (t.src == t.dst)
+      throw ScheduleError(where(s, i) + ": rank " + std::to_string(t.src) + " sends to itself");
+    if (t.count < 1 || t.chunk < 0 || t.chunk + t.count > s.num_chunks)
+      throw ScheduleError(where(s, i) + ": chunk run [" + std::to_string(t.chunk) + "," +
+                          std::to_string(t.chunk + t.count) + ") out of range");
+    if (sent[t.src] == static_cast<int>(i))
+      throw ScheduleError(where(s, i) + ": rank " + std::to_string(t.src) +
+                          " sends more than once (one-port rule)");
+    if (recvd[t.dst] == static_cast<int>(i))
+      throw ScheduleError(where(s, i) + ": rank " + std::to_string(t.dst) +
+                          " receives more than once (one-port rule)");
+    if (st.pre_arrival)
+      for (int sg : s.stragglers)
+        if (t.src == sg || t.dst == sg)
+          throw ScheduleError(where(s, i) + ": pre-arrival step involves straggler " +
+                              std::to_string(sg));
+    sent[t.src] = static_cast<int>(i);
+    recvd[t.dst] = static_cast<int>(i);
+  }
+}
+
+// Round rule bookkeeping: per rank, the chunk runs sent / reduced into / copied into within the
+// current round. Within one round (across different steps) a rank must not send a chunk it
+// receives, and a copied chunk must not be received twice (several reductions into the same
+// chunk commute and are allowed).
+class RoundRule {
+ public:
+  explicit RoundRule(int n) : sends_(n), reduces_(n), copies_(n) {}
+
+  // Forgets the previous round.
+  void clear() {
+    for (size_t r = 0; r < sends_.size(); ++r) {
+      sends_[r].clear();
+      reduces_[r].clear();
+      copies_[r].clear();
     }
-    if (st.phase < 0 || st.phase >= static_cast<int>(phases.size()))
-      throw ScheduleError(where(*this, i) + ": phase index out of range");
-    if (st.pattern >= 0) {
-      if (st.pattern >= static_cast<int>(patterns.size()))
-        throw ScheduleError(where(*this, i) + ": pattern index out of range");
-      if (st.shift < 1 || st.shift >= patterns[st.pattern].ring_size())
-        throw ScheduleError(where(*this, i) + ": pattern shift out of range");
-      if (!st.transfers.empty())
-        throw ScheduleError(where(*this, i) + ": a pattern step must not list transfers");
-    }
-    const std::vector<Transfer>& transfers = transfers_of(i, scratch);
-    for (const Transfer& t : transfers) {
-      if (t.src < 0 || t.src >= n || t.dst < 0 || t.dst >= n)
-        throw ScheduleError(where(*this, i) + ": transfer rank out of range (" +
-                            std::to_string(t.src) + "->" + std::to_string(t.dst) + ")");
-      if (t.src == t.dst)
-        throw ScheduleError(where(*this, i) + ": rank " + std::to_string(t.src) +
-                            " sends to itself");
-      if (t.count < 1 || t.chunk < 0 || t.chunk + t.count > num_chunks)
-        throw ScheduleError(where(*this, i) + ": chunk run [" + std::to_string(t.chunk) + "," +
-                            std::to_string(t.chunk + t.count) + ") out of range");
-      if (sent[t.src] == static_cast<int>(i))
-        throw ScheduleError(where(*this, i) + ": rank " + std::to_string(t.src) +
-                            " sends more than once (one-port rule)");
-      if (recvd[t.dst] == static_cast<int>(i))
-        throw ScheduleError(where(*this, i) + ": rank " + std::to_string(t.dst) +
-                            " receives more than once (one-port rule)");
-      if (st.pre_arrival)
-        for (int sg : stragglers)
-          if (t.src == sg || t.dst == sg)
-            throw ScheduleError(where(*this, i) + ": pre-arrival step involves straggler " +
-                                std::to_string(sg));
-      sent[t.src] = static_cast<int>(i);
-      recvd[t.dst] = static_cast<int>(i);
-    }
-    // Round rule: within one round (across different steps) a rank must not send a chunk it
-    // receives, and a copied chunk must not be received twice (several reductions into the same
-    // chunk commute and are allowed).
+  }
+
+  // Checks step i's transfers against the earlier steps of its round.
+  void check(const Schedule& s, size_t i, const std::vector<Transfer>& transfers) const {
+    const int round = s.steps[i].round;
     for (const Transfer& t : transfers) {
       const int a = t.chunk, b = t.chunk + t.count;
       auto overlaps = [&](const std::vector<std::pair<int, int>>& v) {
@@ -462,21 +485,48 @@ void Schedule::validate_structure() const {
           if (p.first < b && a < p.second) return true;
         return false;
       };
-      if (overlaps(round_reduces[t.src]) || overlaps(round_copies[t.src]))
-        throw ScheduleError(where(*this, i) + ": rank " + std::to_string(t.src) +
+      if (overlaps(reduces_[t.src]) || overlaps(copies_[t.src]))
+        throw ScheduleError(where(s, i) + ": rank " + std::to_string(t.src) +
                             " sends a chunk it receives in another step of round " +
-                            std::to_string(st.round));
-      if (overlaps(round_sends[t.dst]) || overlaps(round_copies[t.dst]) ||
-          (t.op == RecvOp::kCopy && overlaps(round_reduces[t.dst])))
-        throw ScheduleError(where(*this, i) + ": rank " + std::to_string(t.dst) +
+                            std::to_string(round));
+      if (overlaps(sends_[t.dst]) || overlaps(copies_[t.dst]) ||
+          (t.op == RecvOp::kCopy && overlaps(reduces_[t.dst])))
+        throw ScheduleError(where(s, i) + ": rank " + std::to_string(t.dst) +
                             " receives a chunk it sends or receives in another step of round " +
-                            std::to_string(st.round));
+                            std::to_string(round));
     }
+  }
+
+  // Records step i's transfers for the later steps of its round.
+  void record(const std::vector<Transfer>& transfers) {
     for (const Transfer& t : transfers) {
-      round_sends[t.src].push_back({t.chunk, t.chunk + t.count});
-      (t.op == RecvOp::kReduce ? round_reduces : round_copies)[t.dst].push_back(
-          {t.chunk, t.chunk + t.count});
+      sends_[t.src].push_back({t.chunk, t.chunk + t.count});
+      (t.op == RecvOp::kReduce ? reduces_ : copies_)[t.dst].push_back({t.chunk, t.chunk + t.count});
     }
+  }
+
+ private:
+  std::vector<std::vector<std::pair<int, int>>> sends_, reduces_, copies_;
+};
+
+}  // namespace
+
+void Schedule::validate_structure() const {
+  check_fields(*this);
+  check_patterns(*this);
+  std::vector<int> sent(n, -1), recvd(n, -1);
+  std::vector<Transfer> scratch;
+  RoundRule round_rule(n);
+  for (size_t i = 0; i < steps.size(); ++i) {
+    const Step& st = steps[i];
+    if (i > 0 && st.round < steps[i - 1].round)
+      throw ScheduleError(where(*this, i) + ": rounds must be non-decreasing");
+    if (i == 0 || st.round != steps[i - 1].round) round_rule.clear();
+    check_step_header(*this, i);
+    const std::vector<Transfer>& transfers = transfers_of(i, scratch);
+    check_step_transfers(*this, i, transfers, sent, recvd);
+    round_rule.check(*this, i, transfers);
+    round_rule.record(transfers);
   }
 }
 

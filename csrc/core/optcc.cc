@@ -34,7 +34,14 @@
 namespace stragg {
 namespace core {
 
-Schedule optcc(int n, const OptccOptions& opt_in) {
+namespace {
+
+// Rank classes of the patterns and the step phases (indices into Schedule::phases).
+enum : int { kHealthy = 0, kSigma = 1, kOtherStraggler = 2 };
+constexpr int kReducePhase = 0, kCopyPhase = 1, kBubblePhase = 2;
+
+// Validates the options against n ranks and fills in the defaults (stragglers, slowdowns).
+OptccOptions checked_options(int n, const OptccOptions& opt_in) {
   OptccOptions opt = opt_in;
   if (n < 2) throw ScheduleError("optcc: needs n >= 2, got " + std::to_string(n));
   if (opt.stragglers.empty()) opt.stragglers = {n - 1};
@@ -58,31 +65,45 @@ Schedule optcc(int n, const OptccOptions& opt_in) {
   if (opt.segments < 1) throw ScheduleError("optcc: segments must be >= 1");
   const bool s3_first = opt.order == "s3_first";
   if (!s3_first && opt.order != "s1_first")
-    throw ScheduleError("optcc: order must be \"s3_first\" or \"s1_first\", got \"" + opt.order + "\"");
+    throw ScheduleError("optcc: order must be \"s3_first\" or \"s1_first\", got \"" + opt.order +
+                        "\"");
   if (!s3_first && m != 1) throw ScheduleError("optcc: order s1_first supports one straggler only");
+  return opt;
+}
 
-  const int p = n, k = opt.segments, h = n - m;
-  const double l = opt.slowdowns[0];
-  const bool bubble = opt.bubble_fill && m == 1 && l < 2.0;
+// Where ranks sit on Z_p and which section each healthy rank owns (-1 for stragglers).
+struct Placement {
+  std::vector<int> rank_at;     // position -> rank
+  std::vector<int> section_of;  // rank -> section index among healthy ranks, -1 for stragglers
+};
 
-  // Positions: stragglers spread evenly over Z_p, healthy ranks fill the rest in rank order.
-  std::vector<int> rank_at(p, -1), is_straggler(p, 0);
+// Stragglers spread evenly over Z_p, healthy ranks fill the rest in rank order.
+Placement place_ranks(int p, const std::vector<int>& stragglers) {
+  const int m = static_cast<int>(stragglers.size());
+  Placement pl;
+  pl.rank_at.assign(p, -1);
+  pl.section_of.assign(p, -1);
+  std::vector<int> is_straggler(p, 0);
   for (int i = 0; i < m; ++i) {
     const int pos = static_cast<int>(static_cast<long long>(i) * p / m);
-    rank_at[pos] = opt.stragglers[i];
-    is_straggler[opt.stragglers[i]] = 1;
+    pl.rank_at[pos] = stragglers[i];
+    is_straggler[stragglers[i]] = 1;
   }
-  std::vector<int> healthy, section_of(p, -1);
+  std::vector<int> healthy;
   for (int r = 0; r < p; ++r)
     if (!is_straggler[r]) {
-      section_of[r] = static_cast<int>(healthy.size());
+      pl.section_of[r] = static_cast<int>(healthy.size());
       healthy.push_back(r);
     }
   for (int pos = 0, next = 0; pos < p; ++pos)
-    if (rank_at[pos] < 0) rank_at[pos] = healthy[next++];
+    if (pl.rank_at[pos] < 0) pl.rank_at[pos] = healthy[next++];
+  return pl;
+}
 
-  const int per_seg = h + (bubble ? 1 : 0);
-  Schedule s = Schedule::make("optcc", Collective::kAllReduce, n, k * per_seg);
+// Fills the schedule's header: segments, stragglers, slowdowns, bubble chunk weights, phases.
+void set_header(Schedule& s, const OptccOptions& opt, int h, int per_seg, bool bubble) {
+  const int m = static_cast<int>(opt.stragglers.size()), k = opt.segments;
+  const double l = opt.slowdowns[0];
   s.segments = k;
   s.stragglers = opt.stragglers;
   for (int i = 0; i < m; ++i) s.rank_slowdown[opt.stragglers[i]] = opt.slowdowns[i];
@@ -90,66 +111,76 @@ Schedule optcc(int n, const OptccOptions& opt_in) {
     for (int j = 0; j < k; ++j) s.chunk_weights[j * per_seg + h] = (2.0 - l) / l;
   // Step phases: the reducing step of a window carries S1 (and the straggler uploads), the copying
   // step S4 (and the straggler downloads); the third step carries bubble-filling flows.
-  if (s3_first)
+  if (opt.order == "s3_first")
     s.phases = {"S3+S1_reduce_scatter", "S4+S2_allgather", "bubble_fill"};
   else
     s.phases = {"S1_reduce_scatter+S2_upload", "S4_allgather+S3_download", "bubble_fill"};
-  const int kReducePhase = 0, kCopyPhase = 1, kBubble = 2;
+}
 
-  const int bodies = k + (s3_first ? 1 : 3);
-  // Compact form (ir.h): window d of body b is one round of up to three pattern steps, all on the
-  // ring of positions (rank_at) with shift d and repetition b; the lanes below are the stage rules
-  // (segment = b - delay). Only the step headers are built here: O(bodies * p), no transfers.
-  enum : int { kHealthy = 0, kSigma = 1, kOtherStraggler = 2 };
+// The ring, rank classes and section offsets shared by all patterns (no lanes yet).
+Pattern base_pattern(int n, const OptccOptions& opt, const Placement& pl, int per_seg) {
+  const int m = static_cast<int>(opt.stragglers.size());
   Pattern base;
-  base.ring = rank_at;
+  base.ring = pl.rank_at;
   base.rank_class.assign(n, kHealthy);
   for (int i = 0; i < m; ++i)
     base.rank_class[opt.stragglers[i]] = i == 0 ? kSigma : kOtherStraggler;
   base.rank_chunk.assign(n, 0);
   for (int r = 0; r < n; ++r)
-    if (section_of[r] >= 0) base.rank_chunk[r] = section_of[r];
+    if (pl.section_of[r] >= 0) base.rank_chunk[r] = pl.section_of[r];
   base.chunk_stride = per_seg;
-  base.instances = k;
+  base.instances = opt.segments;
+  return base;
+}
+
+// One stage rule of a pattern.
+PatternLane make_lane(uint32_t src, uint32_t dst, PatternLane::Key key, int add, int delay,
+                      RecvOp op) {
+  PatternLane l;
+  l.src_classes = src;
+  l.dst_classes = dst;
+  l.key = key;
+  l.chunk_add = add;
+  l.delay = delay;
+  l.op = op;
+  return l;
+}
+
+// A pattern and the phase its steps belong to.
+struct Stream {
+  int pattern, phase;
+};
+
+// Adds the reducing, copying and (with bubble filling) bubble patterns; returns their streams.
+std::vector<Stream> add_patterns(Schedule& s, Pattern base, bool s3_first, bool bubble, int h) {
   const uint32_t H = 1u << kHealthy, SG = 1u << kSigma, ANY = H | SG | (1u << kOtherStraggler);
-  auto lane = [](uint32_t src, uint32_t dst, PatternLane::Key key, int add, int delay, RecvOp op) {
-    PatternLane l;
-    l.src_classes = src;
-    l.dst_classes = dst;
-    l.key = key;
-    l.chunk_add = add;
-    l.delay = delay;
-    l.op = op;
-    return l;
-  };
   const auto kSrc = PatternLane::kSender, kDst = PatternLane::kReceiver;
   Pattern pa = base, pb = base;
   if (s3_first) {
     // Reduce-scatter of segment b into owners (straggler contributions included: S3->S1).
-    pa.lanes = {lane(ANY, H, kDst, 0, 0, RecvOp::kReduce)};
+    pa.lanes = {make_lane(ANY, H, kDst, 0, 0, RecvOp::kReduce)};
     // Allgather of segment b-1 from owners (to stragglers: S4->S2).
-    pb.lanes = {lane(H, ANY, kSrc, 0, 1, RecvOp::kCopy)};
+    pb.lanes = {make_lane(H, ANY, kSrc, 0, 1, RecvOp::kCopy)};
   } else {
-    pa.lanes = {lane(H, H, kDst, 0, 0, RecvOp::kReduce),    // S1 of segment b
-                lane(H, SG, kSrc, 0, 1, RecvOp::kReduce)};  // S2 of segment b-1
-    pb.lanes = {lane(H, H, kSrc, 0, 3, RecvOp::kCopy),      // S4 of segment b-3
-                lane(SG, H, kDst, 0, 2, RecvOp::kCopy)};    // S3 of segment b-2
+    pa.lanes = {make_lane(H, H, kDst, 0, 0, RecvOp::kReduce),    // S1 of segment b
+                make_lane(H, SG, kSrc, 0, 1, RecvOp::kReduce)};  // S2 of segment b-1
+    pb.lanes = {make_lane(H, H, kSrc, 0, 3, RecvOp::kCopy),      // S4 of segment b-3
+                make_lane(SG, H, kDst, 0, 2, RecvOp::kCopy)};    // S3 of segment b-2
   }
   const int ia = s.add_pattern(std::move(pa));
   const int ib = s.add_pattern(std::move(pb));
-  int ie = -1;
+  std::vector<Stream> streams = {{ia, kReducePhase}, {ib, kCopyPhase}};
   if (bubble) {
     Pattern pe = std::move(base);
-    pe.lanes = {lane(H, SG, PatternLane::kNone, h, 0, RecvOp::kReduce),  // bubble of segment b up
-                lane(SG, H, PatternLane::kNone, h, 1, RecvOp::kCopy)};   // and of b-1 down
-    ie = s.add_pattern(std::move(pe));
+    pe.lanes = {make_lane(H, SG, PatternLane::kNone, h, 0, RecvOp::kReduce),  // bubble of b up
+                make_lane(SG, H, PatternLane::kNone, h, 1, RecvOp::kCopy)};   // and of b-1 down
+    streams.push_back({s.add_pattern(std::move(pe)), kBubblePhase});
   }
-  struct Stream {
-    int pattern, phase;
-  };
-  std::vector<Stream> streams = {{ia, kReducePhase}, {ib, kCopyPhase}};
-  if (bubble) streams.push_back({ie, kBubble});
+  return streams;
+}
 
+// Emits the step headers: per body and window, one round of the streams' non-empty steps.
+void emit_steps(Schedule& s, const std::vector<Stream>& streams, int bodies, int p) {
   s.steps.reserve(static_cast<size_t>(bodies) * (p - 1) * streams.size());
   int round = -1;
   for (int b = 0; b < bodies; ++b) {
@@ -170,14 +201,44 @@ Schedule optcc(int n, const OptccOptions& opt_in) {
       }
     }
   }
+}
+
+// The generator parameters as JSON, for provenance.
+std::string params_json(const OptccOptions& opt) {
+  const int m = static_cast<int>(opt.stragglers.size());
   std::ostringstream ps;
   ps << "{\"stragglers\": [";
   for (int i = 0; i < m; ++i) ps << (i ? ", " : "") << opt.stragglers[i];
   ps << "], \"slowdowns\": [";
   for (int i = 0; i < m; ++i) ps << (i ? ", " : "") << opt.slowdowns[i];
-  ps << "], \"segments\": " << k << ", \"bubble_fill\": " << (opt.bubble_fill ? "true" : "false")
-     << ", \"order\": \"" << opt.order << "\"}";
-  s.params_json = ps.str();
+  ps << "], \"segments\": " << opt.segments
+     << ", \"bubble_fill\": " << (opt.bubble_fill ? "true" : "false") << ", \"order\": \""
+     << opt.order << "\"}";
+  return ps.str();
+}
+
+}  // namespace
+
+Schedule optcc(int n, const OptccOptions& opt_in) {
+  const OptccOptions opt = checked_options(n, opt_in);
+  const int m = static_cast<int>(opt.stragglers.size());
+  const bool s3_first = opt.order == "s3_first";
+  const int p = n, k = opt.segments, h = n - m;
+  const double l = opt.slowdowns[0];
+  const bool bubble = opt.bubble_fill && m == 1 && l < 2.0;
+  const Placement pl = place_ranks(p, opt.stragglers);
+
+  const int per_seg = h + (bubble ? 1 : 0);
+  Schedule s = Schedule::make("optcc", Collective::kAllReduce, n, k * per_seg);
+  set_header(s, opt, h, per_seg, bubble);
+  const int bodies = k + (s3_first ? 1 : 3);
+  // Compact form (ir.h): window d of body b is one round of up to three pattern steps, all on the
+  // ring of positions (rank_at) with shift d and repetition b; the lanes are the stage rules
+  // (segment = b - delay). Only the step headers are built here: O(bodies * p), no transfers.
+  const std::vector<Stream> streams =
+      add_patterns(s, base_pattern(n, opt, pl, per_seg), s3_first, bubble, h);
+  emit_steps(s, streams, bodies, p);
+  s.params_json = params_json(opt);
   return s;
 }
 
