@@ -250,11 +250,13 @@ def test_hosts_resolve_each_other_by_name(cluster: Any) -> None:
 def test_torchrun_launch_across_hosts(cluster: Any, tmp_path: Any) -> None:
     script = tmp_path / "job.py"
     script.write_text(
-        "import os, torch, torch.distributed as dist\n"
+        "import os, sys, torch, torch.distributed as dist\n"
         "dist.init_process_group('gloo')\n"
         "t = torch.tensor([float(dist.get_rank())]); dist.all_reduce(t)\n"
-        "print('RESULT', dist.get_rank(), dist.get_world_size(), os.environ['EMU_HOST'],\n"
-        "      t.item())\n"
+        "r = (dist.get_rank(), dist.get_world_size(), os.environ['EMU_HOST'], t.item())\n"
+        "# One write per line: torchrun's workers share one pipe (PYTHONUNBUFFERED is set, so\n"
+        "# print() would write each word separately and lines of two workers could interleave).\n"
+        "sys.stdout.write('RESULT %d %d %s %s\\n' % r)\n"
         "dist.destroy_process_group()\n"
     )
     result = cluster.run([str(script)], torchrun=True, nproc_per_node=2, timeout=240, output=None)
