@@ -3,7 +3,8 @@
 Torch-free (mpi4py on numpy buffers). Reads the run's configuration from the JSON file CFG
 ({"sizes", "warmup", "reps", "budget_s", "max_calls", "min_calls"}) and times, per size,
 exactly like the torch worker of allreduce.py (the OSU osu_allreduce method, osu_repetition
-below, shared by both): a warm-up repetition of W calls, then R repetitions of [barrier,
+below, shared by both): a warm-up repetition of W calls, one of W/5 calls estimating the rate,
+then R repetitions of [barrier,
 `calls` back-to-back Allreduce(SUM, float32), mean per call]; a repetition's value is the
 slowest rank's mean. The first warm-up result and the last measured
 result are checked exactly against the expected sum (integer-valued float32 data, as in
@@ -73,8 +74,9 @@ def time_size(comm: Any, mpi: Any, nbytes: int, cfg: dict[str, Any]) -> tuple[li
 
     call()
     check(comm, buf, expected, nbytes)
-    warm = osu_repetition(call, comm.Barrier, max_over_ranks, max(1, cfg["warmup"]))
-    calls = calls_for(cfg["budget_s"], warm, cfg["max_calls"], cfg["min_calls"])
+    osu_repetition(call, comm.Barrier, max_over_ranks, max(1, cfg["warmup"]))
+    est = osu_repetition(call, comm.Barrier, max_over_ranks, max(1, cfg["warmup"] // 5))
+    calls = calls_for(cfg["budget_s"], est, cfg["max_calls"], cfg["min_calls"])
     samples = [osu_repetition(call, comm.Barrier, max_over_ranks, calls) for _ in range(cfg["reps"])]
     check(comm, buf, expected, nbytes)
     return samples, calls

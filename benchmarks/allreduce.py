@@ -13,10 +13,12 @@ The MPI column is skipped, with a one-line message, when mpirun or mpi4py is abs
 (scripts/setup.sh installs both).
 
 Timing, identical for every system (the OSU osu_allreduce method, _mpi_worker.osu_repetition):
-per size, one verified call and a warm-up repetition of `--warmup` calls, then repetitions of
-[barrier, `calls` back-to-back all_reduces (float32, SUM), mean per call]; a repetition's value
-is the slowest rank's mean. `calls` is about `--budget` seconds at the warm-up's rate, within
-[--min-iters, --iters] (`--budget 0`: always --iters). The run makes `--reps` repetitions in
+per size, one verified call, a warm-up repetition of `--warmup` calls (it also absorbs one-time
+costs such as stragg's first link probe, after its 16th call), one of `--warmup`/5 calls that
+estimates the rate, then repetitions of [barrier, `calls` back-to-back all_reduces (float32,
+SUM), mean per call]; a repetition's value is the slowest rank's mean. `calls` is about
+`--budget` seconds at the estimated rate, within [--min-iters, --iters] (`--budget 0`: always
+--iters). The run makes `--reps` repetitions in
 `--rounds` launches of each system (default: one repetition per launch), the systems launched
 alternately, and within a launch stragg and Gloo alternate repetition by repetition, so the
 machine's noise hits all alike. Reported: median over repetitions, min/max (IQR in --json).
@@ -216,8 +218,9 @@ def worker(rank: int, cfg: Config, result_path: str) -> None:
             buf.copy_(src)
             fns[b]()
             _verify(b, buf, expected, rank, n, ctrl)
-            warm = repetition(b, max(1, cfg.warmup))
-            calls[b] = calls_for(cfg.budget_s, warm, cfg.iters, cfg.min_iters)
+            repetition(b, max(1, cfg.warmup))
+            est = repetition(b, max(1, cfg.warmup // 5))
+            calls[b] = calls_for(cfg.budget_s, est, cfg.iters, cfg.min_iters)
         samples: dict[str, list[float]] = {b: [] for b in cfg.backends}
         for i in range(cfg.reps):
             order = cfg.backends if (i % 2 == 0) != cfg.flip else cfg.backends[::-1]
@@ -507,7 +510,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     p.add_argument("--iters", type=int, default=200,
                    help="max back-to-back calls per repetition (default 200)")  # fmt: skip
-    p.add_argument("--warmup", type=int, default=5, help="calls of the warm-up repetition (default 5)")
+    p.add_argument("--warmup", type=int, default=50,
+                   help="calls of the warm-up repetition (default 50; OSU's is 200)")  # fmt: skip
     p.add_argument("--min-iters", type=int, default=2,
                    help="min back-to-back calls per repetition (default 2)")  # fmt: skip
     p.add_argument("--budget", type=float, default=0.1,

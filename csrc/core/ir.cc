@@ -8,7 +8,17 @@
 namespace stragg {
 namespace core {
 
-const char* to_string(RecvOp op) { return op == RecvOp::kReduce ? "reduce" : "copy"; }
+const char* to_string(RecvOp op) {
+  switch (op) {
+    case RecvOp::kReduce:
+      return "reduce";
+    case RecvOp::kReduceFirst:
+      return "reduce_first";
+    case RecvOp::kCopy:
+      break;
+  }
+  return "copy";
+}
 
 const char* to_string(Collective c) {
   switch (c) {
@@ -470,7 +480,7 @@ void Schedule::validate_structure() const {
     }
     for (const Transfer& t : transfers) {
       round_sends[t.src].push_back({t.chunk, t.chunk + t.count});
-      (t.op == RecvOp::kReduce ? round_reduces : round_copies)[t.dst].push_back(
+      (is_reduce(t.op) ? round_reduces : round_copies)[t.dst].push_back(
           {t.chunk, t.chunk + t.count});
     }
   }

@@ -17,6 +17,9 @@ namespace {
 // its n-1 concurrent messages a single alpha, which overstates it wherever the messages of one
 // round are serialised (shared memory on a few cores: measured slower than RHD at 4 KiB).
 constexpr Algorithm kAutoCandidates[] = {Algorithm::Ring, Algorithm::Rhd};
+// Recursive doubling is a candidate of Auto without a straggler up to this size (host calls
+// only: PlannerConfig::rd_max_bytes). It sends the whole buffer every round, and its swapped
+// reduces go through a bounce buffer, so beyond small sizes RHD/Ring move less memory.
 
 constexpr size_t kAutoChoiceCacheLimit = 4096;
 constexpr size_t kPlanCacheLimit = 64;
@@ -234,16 +237,20 @@ double Planner::predict(Algorithm algorithm, size_t bytes) const {
   return predict(c, bytes);
 }
 
-PlanChoice Planner::auto_base(size_t bytes) const {
+PlanChoice Planner::auto_base(size_t bytes, bool allow_rd) const {
+  allow_rd = allow_rd && bytes <= config_.rd_max_bytes;
+  const std::pair<size_t, bool> key{bytes, allow_rd};
   {
     std::lock_guard<std::mutex> lock(mu_);
-    auto it = auto_choice_.find(bytes);
+    auto it = auto_choice_.find(key);
     if (it != auto_choice_.end()) return it->second;
   }
   PlanChoice best;
   best.predicted_s = predict(Algorithm::Ring, bytes);
   double best_time = best.predicted_s * (1.0 - config_.switch_margin);
-  for (Algorithm algo : kAutoCandidates) {
+  std::vector<Algorithm> candidates(std::begin(kAutoCandidates), std::end(kAutoCandidates));
+  if (allow_rd) candidates.push_back(Algorithm::Rd);
+  for (Algorithm algo : candidates) {
     if (algo == Algorithm::Ring) continue;
     const double t = predict(algo, bytes);
     if (t < best_time) {
@@ -254,7 +261,7 @@ PlanChoice Planner::auto_base(size_t bytes) const {
   }
   std::lock_guard<std::mutex> lock(mu_);
   if (auto_choice_.size() >= kAutoChoiceCacheLimit) auto_choice_.clear();
-  auto_choice_[bytes] = best;
+  auto_choice_[key] = best;
   return best;
 }
 
@@ -334,7 +341,7 @@ PlanChoice Planner::fixed_choice(int call_straggler, const NetworkModel& net) co
   return c;
 }
 
-PlanChoice Planner::choose(size_t bytes, int call_straggler, double delay_s) const {
+PlanChoice Planner::choose(size_t bytes, int call_straggler, double delay_s, bool host) const {
   PlanChoice c;
   if (n_ <= 1) return c;
   if (config_.algo == Algorithm::Auto) {
@@ -344,7 +351,7 @@ PlanChoice Planner::choose(size_t bytes, int call_straggler, double delay_s) con
       c.algorithm = Algorithm::Stragglar;
       c.straggler = call_straggler;
     } else {
-      c = auto_base(bytes);
+      c = auto_base(bytes, host);
     }
     return c;
   }
@@ -358,6 +365,7 @@ PlanChoice Planner::choose(size_t bytes, int call_straggler, double delay_s) con
     return c;
   }
   c = fixed_choice(config_.straggler.rank, network());
+  if (c.algorithm == Algorithm::Rd && !host) c.algorithm = Algorithm::Rhd;  // see choose()
   if (c.algorithm == Algorithm::Optcc && c.segments == 0) c = best_optcc_segments(bytes, c);
   return c;
 }

@@ -160,7 +160,8 @@ const std::vector<Row>& rows() {
        },
        [](const Settings& s) { return std::string(transport_choice_name(s.transport)); }},
       {{"algo", "STRAGG_ALGO", "choice", "auto", "one of " + algorithm_list(),
-        "all_reduce schedule: ring (pipelined Ring), rhd, direct, bcast, stragglar, optcc, or "
+        "all_reduce schedule: ring (pipelined Ring), rhd, direct, bcast, stragglar, optcc, rd "
+        "(recursive doubling), or "
         "auto (chosen per call by the planner, see \"Choosing the algorithm\")",
         true},
        [](Settings& s, const SettingValue& v, const std::string& a) {
@@ -244,6 +245,14 @@ const std::vector<Row>& rows() {
          s.yield_us = static_cast<int>(int_in(v, 0, 1000000, a));
        },
        [](const Settings& s) { return std::to_string(s.yield_us); }},
+      {{"inline_calls", "STRAGG_INLINE_CALLS", "bool", "1", "1/0 (true/false, on/off, yes/no)",
+        "run an all_reduce on the calling thread when no call is queued or running (it is "
+        "then complete when all_reduce returns, async_op or not); 0: always on the worker thread",
+        false},
+       [](Settings& s, const SettingValue& v, const std::string& a) {
+         s.inline_calls = bool_of(v, a);
+       },
+       [](const Settings& s) { return std::string(s.inline_calls ? "1" : "0"); }},
       {{"tcp_host", "STRAGG_TCP_HOST", "address", "", "an address or host name (empty: automatic)",
         "address this rank advertises for the TCP transport (default: the local address that "
         "routes to the TCPStore host / MASTER_ADDR)",

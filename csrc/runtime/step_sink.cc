@@ -21,7 +21,8 @@ void StepSink::apply_staged() {
   const size_t elem = dtype_size(spec_.dtype);
   uint8_t* dst = buf_ + op_.offset * elem;
   if (op_.reduce) {
-    reduce_into(spec_.dtype, spec_.op, dst, staging_.get(), op_.count);
+    (op_.received_first ? reduce_into_swapped : reduce_into)(spec_.dtype, spec_.op, dst,
+                                                             staging_.get(), op_.count);
   } else {
     std::memcpy(dst, staging_.get(), op_.count * elem);
   }
@@ -78,7 +79,8 @@ void StepSink::on_data(size_t offset, const void* data, size_t len) {
   const size_t elem = dtype_size(spec_.dtype);
   uint8_t* dst = buf_ + op_.offset * elem + offset;
   if (op_.reduce) {
-    reduce_into(spec_.dtype, spec_.op, dst, data, len / elem);
+    (op_.received_first ? reduce_into_swapped : reduce_into)(spec_.dtype, spec_.op, dst, data,
+                                                             len / elem);
   } else {
     std::memcpy(dst, data, len);
   }

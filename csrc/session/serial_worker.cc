@@ -16,30 +16,63 @@ bool SerialWorker::submit(Job job) {
   return true;
 }
 
+void SerialWorker::run_job(Job& job) {
+  std::exception_ptr error;
+  try {
+    if (job.run) job.run();
+  } catch (...) {
+    error = std::current_exception();
+  }
+  if (job.finish) job.finish(error);
+}
+
+bool SerialWorker::claim_inline() {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (stopping_ || running_ || !queue_.empty()) return false;
+  running_ = true;
+  inline_thread_ = std::this_thread::get_id();
+  return true;
+}
+
+void SerialWorker::run_claimed(Job& job) {
+  run_job(job);
+  bool wake = false;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    running_ = false;
+    inline_thread_ = std::thread::id();
+    wake = !queue_.empty();
+  }
+  if (wake) cv_.notify_all();  // jobs submitted meanwhile: the worker takes them now
+}
+
 void SerialWorker::loop() {
   while (true) {
     Job job;
     {
       std::unique_lock<std::mutex> lock(mu_);
-      cv_.wait(lock, [&] { return !queue_.empty() || stopping_; });
+      // A job running inline keeps the queued ones waiting (issue order); stopping with nothing
+      // queued ends the thread even then (the inline job may be the one stopping the worker).
+      cv_.wait(lock, [&] { return (stopping_ && queue_.empty()) || (!queue_.empty() && !running_); });
       if (queue_.empty()) return;  // stopping and nothing left
       job = std::move(queue_.front());
       queue_.pop_front();
       running_ = true;
     }
-    std::exception_ptr error;
-    try {
-      if (job.run) job.run();
-    } catch (...) {
-      error = std::current_exception();
-    }
-    if (job.finish) job.finish(error);
+    run_job(job);
     {
       std::lock_guard<std::mutex> lock(mu_);
       running_ = false;
     }
     cv_.notify_all();
   }
+}
+
+bool SerialWorker::on_worker_thread() const {
+  const auto me = std::this_thread::get_id();
+  if (me == thread_.get_id()) return true;
+  std::lock_guard<std::mutex> lock(mu_);
+  return running_ && me == inline_thread_;
 }
 
 void SerialWorker::stop(bool drain, const std::string& why) {

@@ -2,9 +2,11 @@
 // paths use it: the CPU session (csrc/session/session.h) and the CUDA path
 // (csrc/backend/cuda_allreduce.cc), so issue order, failure reporting and shutdown work the same.
 //
-// A job is run(), then finish(error) with the exception run() threw (or nullptr), always on the
-// worker thread; a job still queued when the worker stops without draining gets cancel(why)
-// instead, on the stopping thread. finish/cancel must not throw.
+// A job is run(), then finish(error) with the exception run() threw (or nullptr), on the worker
+// thread -- or, through try_run_inline, on the submitting thread when the worker is idle and
+// nothing is queued (small calls then skip two thread hand-offs). Either way jobs run one at a
+// time, in submission order. A job still queued when the worker stops without draining gets
+// cancel(why) instead, on the stopping thread. finish/cancel must not throw.
 #pragma once
 
 #include <condition_variable>
@@ -33,6 +35,13 @@ class SerialWorker {
 
   // Queues a job. Returns false (and does not take the job) once stop() was called.
   bool submit(Job job);
+  // Inline execution, in two parts so that a caller can claim its place in the order under its
+  // own lock and run the job after releasing it. claim_inline(): true if no job is running or
+  // queued and the worker was not stopped; the calling thread then holds the worker's turn (jobs
+  // submitted meanwhile wait behind it) and must call run_claimed(job) next, which runs the job
+  // (run, then finish) on the calling thread and gives the turn back.
+  bool claim_inline();
+  void run_claimed(Job& job);
   // Stops accepting jobs. drain = true: the queued jobs still run, in order; false: they are
   // cancelled with `why`. Then waits for the worker thread (unless called from it). Idempotent:
   // later calls only cancel what is still queued.
@@ -42,11 +51,12 @@ class SerialWorker {
   // Jobs submitted and not finished or cancelled yet (queued + running).
   size_t pending() const;
   bool stopped() const;
-  // True when called from the worker thread.
-  bool on_worker_thread() const { return std::this_thread::get_id() == thread_.get_id(); }
+  // True when called from the worker thread, or from a thread running a job inline.
+  bool on_worker_thread() const;
 
  private:
   void loop();
+  static void run_job(Job& job);
 
   mutable std::mutex mu_;
   std::mutex join_mu_;  // one thread joins
@@ -55,6 +65,7 @@ class SerialWorker {
   bool stopping_ = false;
   bool draining_ = false;
   bool running_ = false;
+  std::thread::id inline_thread_;  // the thread running a job inline (none: default id)
   std::thread thread_;
 };
 

@@ -104,7 +104,7 @@ uint64_t Session::submit(AllreduceCall call) {
     throw Error("stragg: rank " + std::to_string(opt_.rank) + ": " + call.name +
                 " on a process group that was " + *why);
   }
-  std::lock_guard<std::mutex> lock(submit_mu_);
+  std::unique_lock<std::mutex> lock(submit_mu_);
   const auto enqueued = Clock::now();
   auto shared = std::make_shared<AllreduceCall>(std::move(call));
   auto record = std::make_shared<CallRecord>();
@@ -119,6 +119,15 @@ uint64_t Session::submit(AllreduceCall call) {
   job.finish = [this, shared, record](std::exception_ptr error) {
     finish_call(*shared, *record, error);
   };
+  if (opt_.settings.inline_calls && worker_->claim_inline()) {
+    // Nothing queued or running: the call runs here, now, and is complete when submit returns
+    // (no hand-off to the worker and back). The claim keeps later submissions behind it; the
+    // lock is released first, since the call may abort the session (which takes it).
+    const uint64_t seq = next_seq_++;
+    lock.unlock();
+    worker_->run_claimed(job);
+    return seq;
+  }
   return enqueue(std::move(job), shared->name, [shared](std::exception_ptr e) { shared->done(e); });
 }
 
@@ -187,7 +196,8 @@ void Session::run_external(ExternalCall& call, uint64_t seq) {
                           : planner_->dynamic() ? -1
                                                 : planner_->straggler().rank;
     const double delay = planner_->profiled() ? profiler_->straggler_delay_s() : 0.0;
-    choice = planner_->choose(call.numel * dtype_size(call.dtype), straggler, delay);
+    choice = planner_->choose(call.numel * dtype_size(call.dtype), straggler, delay,
+                              /*host=*/false);
     chosen = &choice;
   }
   call.run(chosen, seq);
