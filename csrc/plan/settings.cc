@@ -245,14 +245,15 @@ const std::vector<Row>& rows() {
          s.yield_us = static_cast<int>(int_in(v, 0, 1000000, a));
        },
        [](const Settings& s) { return std::to_string(s.yield_us); }},
-      {{"inline_calls", "STRAGG_INLINE_CALLS", "bool", "1", "1/0 (true/false, on/off, yes/no)",
-        "run an all_reduce on the calling thread when no call is queued or running (it is "
-        "then complete when all_reduce returns, async_op or not); 0: always on the worker thread",
+      {{"inline_bytes", "STRAGG_INLINE_BYTES", "size", "256KiB", "a size (0: never)",
+        "an all_reduce up to this size runs on the calling thread when no call is queued or "
+        "running (saves two thread hand-offs; it is then complete when all_reduce returns, "
+        "async_op or not); larger ones run on the worker thread, overlapping the caller's work",
         false},
        [](Settings& s, const SettingValue& v, const std::string& a) {
-         s.inline_calls = bool_of(v, a);
+         s.inline_bytes = size_of(v, 0, a);
        },
-       [](const Settings& s) { return std::string(s.inline_calls ? "1" : "0"); }},
+       [](const Settings& s) { return format_size(s.inline_bytes); }},
       {{"tcp_host", "STRAGG_TCP_HOST", "address", "", "an address or host name (empty: automatic)",
         "address this rank advertises for the TCP transport (default: the local address that "
         "routes to the TCPStore host / MASTER_ADDR)",

@@ -75,7 +75,7 @@ struct Settings {
   size_t shm_slots = 4;
   int spin_us = 5;
   int yield_us = 50;
-  bool inline_calls = true;  // run a call on the caller's thread when nothing is queued
+  size_t inline_bytes = 256 * 1024;  // calls up to this size run on the caller's thread (0: none)
   std::string tcp_host;  // empty: the local address that routes to the store host
   uint16_t tcp_port = 0;
   size_t tcp_staging_bytes = 512 * 1024;

@@ -119,10 +119,13 @@ uint64_t Session::submit(AllreduceCall call) {
   job.finish = [this, shared, record](std::exception_ptr error) {
     finish_call(*shared, *record, error);
   };
-  if (opt_.settings.inline_calls && worker_->claim_inline()) {
-    // Nothing queued or running: the call runs here, now, and is complete when submit returns
-    // (no hand-off to the worker and back). The claim keeps later submissions behind it; the
-    // lock is released first, since the call may abort the session (which takes it).
+  if (static_cast<size_t>(record->bytes) <= opt_.settings.inline_bytes &&
+      worker_->claim_inline()) {
+    // A small call and nothing queued or running: it runs here, now, and is complete when
+    // submit returns (no hand-off to the worker and back, which costs as much as the call).
+    // Large calls keep running behind the caller's back (DDP overlaps them with backward). The
+    // claim keeps later submissions behind this one; the lock is released first, since the
+    // call may abort the session (which takes it).
     const uint64_t seq = next_seq_++;
     lock.unlock();
     worker_->run_claimed(job);
