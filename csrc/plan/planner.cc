@@ -440,25 +440,38 @@ std::shared_ptr<const RankPlan> Planner::plan(int rank, const PlanChoice& choice
   return lowered;
 }
 
-std::shared_ptr<const RankPlan> ring_allreduce_plan(int rank, int n, size_t numel) {
+namespace {
+
+std::shared_ptr<const RankPlan> fixed_plan(Algorithm algo, int rank, int n, size_t numel) {
   if (n <= 1) return std::make_shared<const RankPlan>();
-  // One Planner per group size (Ring needs no cost model): its caches hold the schedule and the
-  // lowered plans of the internal collectives' few sizes.
+  // One Planner per (algorithm, group size) (no cost model needed): its caches hold the schedule
+  // and the lowered plans of the internal collectives' few sizes.
   static std::mutex mu;
-  static std::map<int, std::unique_ptr<Planner>> planners;
+  static std::map<std::pair<Algorithm, int>, std::unique_ptr<Planner>> planners;
   Planner* p = nullptr;
   {
     std::lock_guard<std::mutex> lock(mu);
-    auto& slot = planners[n];
+    auto& slot = planners[{algo, n}];
     if (!slot) {
       PlannerConfig c;
-      c.algo = Algorithm::Ring;
+      c.algo = algo;
       slot = std::make_unique<Planner>(n, c);
     }
     p = slot.get();
   }
-  PlanChoice ring;
-  return p->plan(rank, ring, numel, 1);
+  PlanChoice choice;
+  choice.algorithm = algo;
+  return p->plan(rank, choice, numel, 1);
+}
+
+}  // namespace
+
+std::shared_ptr<const RankPlan> ring_allreduce_plan(int rank, int n, size_t numel) {
+  return fixed_plan(Algorithm::Ring, rank, n, numel);
+}
+
+std::shared_ptr<const RankPlan> small_allreduce_plan(int rank, int n, size_t numel) {
+  return fixed_plan(Algorithm::Rd, rank, n, numel);
 }
 
 }  // namespace stragg

@@ -146,5 +146,9 @@ class Planner {
 // The Ring all_reduce of core::ring_allreduce lowered for `rank` (what internal collectives, the
 // profiler exchange and the link-probe exchange, run; every rank holds bitwise identical results).
 std::shared_ptr<const RankPlan> ring_allreduce_plan(int rank, int n, size_t numel);
+// The recursive doubling all_reduce of core::rd_allreduce lowered for `rank`: what the small
+// internal collectives run (the profiler's exchanges, the GPU path's header check): log2(n)
+// rounds instead of Ring's 2(n-1); identical results on every rank too.
+std::shared_ptr<const RankPlan> small_allreduce_plan(int rank, int n, size_t numel);
 
 }  // namespace stragg

@@ -233,12 +233,19 @@ const std::vector<Row>& rows() {
          s.shm_slots = static_cast<size_t>(int_in(v, 1, 1024, a));
        },
        [](const Settings& s) { return std::to_string(s.shm_slots); }},
-      {{"spin_us", "STRAGG_SPIN_US", "int", "5", "an integer from 0 to 1000000",
-        "how long a waiting rank busy-polls before yielding (microseconds)", false},
+      {{"spin_us", "STRAGG_SPIN_US", "microseconds or auto", "auto",
+        "auto or an integer from 0 to 1000000",
+        "how long a waiting rank busy-polls before yielding (microseconds); auto: 5, or 0 when "
+        "a host has more ranks than CPUs (a spinning rank would only delay the peer it waits "
+        "for, which needs its CPU)",
+        false},
        [](Settings& s, const SettingValue& v, const std::string& a) {
-         s.spin_us = static_cast<int>(int_in(v, 0, 1000000, a));
+         s.spin_us =
+             trim_lower(v.raw) == "auto" ? -1 : static_cast<int>(int_in(v, 0, 1000000, a));
        },
-       [](const Settings& s) { return std::to_string(s.spin_us); }},
+       [](const Settings& s) {
+         return s.spin_us < 0 ? std::string("auto") : std::to_string(s.spin_us);
+       }},
       {{"yield_us", "STRAGG_YIELD_US", "int", "50", "an integer from 0 to 1000000",
         "how long a waiting rank yields before sleeping on a futex (microseconds)", false},
        [](Settings& s, const SettingValue& v, const std::string& a) {

@@ -97,7 +97,7 @@ void GroupProfiler::exchange(Executor& ex, const InternalSpec& spec,
   // All-gather through a sum: every rank fills its own row, zeros elsewhere (x + 0 is exact).
   std::vector<double> all(static_cast<size_t>(n_) * k, 0.0);
   std::copy(batch_durations_.begin(), batch_durations_.end(), all.begin() + rank_ * k);
-  ex.run(*ring_allreduce_plan(rank_, n_, all.size()),
+  ex.run(*small_allreduce_plan(rank_, n_, all.size()),
          spec("profiler exchange", DType::Float64, all.size()), all.data(), timeout);
   for (int i = 0; i < k; ++i) {  // the slowest rank's time of each call: the same on every rank
     double t = 0;
@@ -215,7 +215,7 @@ std::vector<LinkModel> GroupProfiler::probe_matrix(Executor& ex, const InternalS
   }
   all[(rank_ * n + rank_) * 2] =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  ex.run(*ring_allreduce_plan(rank_, n_, all.size()),
+  ex.run(*small_allreduce_plan(rank_, n_, all.size()),
          spec("link probe exchange", DType::Float64, all.size()), all.data(), timeout);
   probe_cost_s_ = 0;
   for (size_t i = 0; i < n; ++i) probe_cost_s_ = std::max(probe_cost_s_, all[(i * n + i) * 2]);

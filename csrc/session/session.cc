@@ -161,7 +161,7 @@ void Session::check_external_header(const ExternalCall& call, uint64_t seq) {
   rows[me * 3 + 1] = static_cast<int64_t>(call.dtype);
   rows[me * 3 + 2] = static_cast<int64_t>(call.op);
   current_call_ = static_cast<int64_t>(seq);
-  executor_->run(*ring_allreduce_plan(opt_.rank, opt_.size, rows.size()),
+  executor_->run(*small_allreduce_plan(opt_.rank, opt_.size, rows.size()),
                  next_spec("header exchange", DType::Int64, rows.size(), /*internal=*/true),
                  rows.data(), call.timeout);
   for (size_t q = 0; q < n; ++q) {
