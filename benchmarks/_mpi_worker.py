@@ -1,4 +1,4 @@
-"""OpenMPI side of benchmarks/allreduce.py: one rank of `mpirun -np P python _mpi_worker.py CFG OUT`.
+"""OpenMPI side of benchmarks/allreduce.py: a rank of `mpirun -np P python _mpi_worker.py CFG OUT`.
 
 Torch-free (mpi4py on numpy buffers). Reads the run's configuration from the JSON file CFG
 ({"sizes", "warmup", "reps", "budget_s", "max_calls", "min_calls"}) and times, per size,
@@ -19,7 +19,6 @@ from __future__ import annotations
 import json
 import sys
 import time
-
 from typing import Any, Callable
 
 import numpy as np
@@ -42,8 +41,12 @@ def calls_for(budget_s: float, est_s: float, max_calls: int, min_calls: int) -> 
     return min(max_calls, max(min_calls, int(budget_s / max(est_s, 1e-9))))
 
 
-def osu_repetition(call: Callable[[], None], barrier: Callable[[], None],
-                   max_over_ranks: Callable[[float], float], calls: int) -> float:
+def osu_repetition(
+    call: Callable[[], None],
+    barrier: Callable[[], None],
+    max_over_ranks: Callable[[float], float],
+    calls: int,
+) -> float:
     """One repetition of the OSU osu_allreduce method: barrier, `calls` back-to-back calls, mean
     per call; returns the slowest rank's mean (the same value on every rank). Shared by the
     torch and the MPI workers, so both systems are timed identically."""
@@ -77,7 +80,9 @@ def time_size(comm: Any, mpi: Any, nbytes: int, cfg: dict[str, Any]) -> tuple[li
     osu_repetition(call, comm.Barrier, max_over_ranks, max(1, cfg["warmup"]))
     est = osu_repetition(call, comm.Barrier, max_over_ranks, max(1, cfg["warmup"] // 5))
     calls = calls_for(cfg["budget_s"], est, cfg["max_calls"], cfg["min_calls"])
-    samples = [osu_repetition(call, comm.Barrier, max_over_ranks, calls) for _ in range(cfg["reps"])]
+    samples = [
+        osu_repetition(call, comm.Barrier, max_over_ranks, calls) for _ in range(cfg["reps"])
+    ]
     check(comm, buf, expected, nbytes)
     return samples, calls
 

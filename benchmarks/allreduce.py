@@ -1,4 +1,4 @@
-"""all_reduce benchmark: stragg vs Gloo vs OpenMPI, with the memory-traffic limit of stragg's schedule.
+"""all_reduce benchmark: stragg vs Gloo vs OpenMPI, and the memory-traffic limit of stragg's plan.
 
     python benchmarks/allreduce.py --ranks 4
     python benchmarks/allreduce.py --ranks 4 --sizes 4KiB,64KiB,1MiB,16MiB,64MiB --reps 5
@@ -50,7 +50,6 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -146,7 +145,9 @@ def _copy_bandwidth(ctrl: Any) -> float:
     return COPY_BW_BYTES / min(times)
 
 
-def _verify(b: str, buf: torch.Tensor, expected: torch.Tensor, rank: int, n: int, ctrl: Any) -> None:
+def _verify(
+    b: str, buf: torch.Tensor, expected: torch.Tensor, rank: int, n: int, ctrl: Any
+) -> None:
     """Raises VerificationError on every rank if any rank's result differs from `expected`."""
     local_bad = not torch.equal(buf, expected)
     flags = torch.zeros(n, dtype=torch.float64)
@@ -170,6 +171,48 @@ def _last_plan(stragg_mod: Any, group: Any) -> str:
     except (RuntimeError, AttributeError) as e:
         return f"unknown ({e})"
     return str(calls[-1]["plan"]) if calls else "unknown"
+
+
+def _time_size(
+    nbytes: int, rank: int, cfg: Config, groups: dict[str, Any], ctrl: Any, issued: dict[str, int]
+) -> dict[str, Any]:
+    """Verified warm-up, then cfg.reps repetitions per backend (alternating order) of one size."""
+    n = cfg.ranks
+    src, expected, buf = make_data(nbytes, rank, n)
+
+    def call(b: str) -> None:
+        dist.all_reduce(buf, op=dist.ReduceOp.SUM, group=groups[b])
+        issued[b] += 1
+
+    def repetition(b: str, calls: int) -> float:
+        return osu_repetition(
+            lambda: call(b),
+            lambda: dist.barrier(group=groups[b]),
+            lambda x: _max_over(ctrl, x),
+            calls,
+        )
+
+    calls: dict[str, int] = {}
+    for b in cfg.backends:
+        buf.copy_(src)
+        call(b)
+        _verify(b, buf, expected, rank, n, ctrl)
+        repetition(b, max(1, cfg.warmup))
+        est = repetition(b, max(1, cfg.warmup // 5))
+        calls[b] = calls_for(cfg.budget_s, est, cfg.iters, cfg.min_iters)
+    samples: dict[str, list[float]] = {b: [] for b in cfg.backends}
+    for i in range(cfg.reps):
+        order = cfg.backends if (i % 2 == 0) != cfg.flip else cfg.backends[::-1]
+        for b in order:
+            buf.copy_(src)
+            samples[b].append(repetition(b, calls[b]))
+    per_size: dict[str, Any] = {}
+    for b in cfg.backends:
+        buf.copy_(src)
+        call(b)
+        _verify(b, buf, expected, rank, n, ctrl)
+        per_size[b] = {"samples": samples[b], "calls": calls[b]}
+    return per_size
 
 
 def worker(rank: int, cfg: Config, result_path: str) -> None:
@@ -196,47 +239,10 @@ def worker(rank: int, cfg: Config, result_path: str) -> None:
     issued = {b: 0 for b in cfg.backends}
 
     for nbytes in cfg.sizes:
-        src, expected, buf = make_data(nbytes, rank, n)
-
-        def make_call(b: str) -> Any:
-            g = groups[b]
-
-            def call() -> None:
-                dist.all_reduce(buf, op=dist.ReduceOp.SUM, group=g)
-                issued[b] += 1
-
-            return call
-
-        def repetition(b: str, calls: int) -> float:
-            g = groups[b]
-            return osu_repetition(fns[b], lambda: dist.barrier(group=g),
-                                  lambda x: _max_over(ctrl, x), calls)  # fmt: skip
-
-        fns = {b: make_call(b) for b in cfg.backends}
-        calls: dict[str, int] = {}
-        for b in cfg.backends:
-            buf.copy_(src)
-            fns[b]()
-            _verify(b, buf, expected, rank, n, ctrl)
-            repetition(b, max(1, cfg.warmup))
-            est = repetition(b, max(1, cfg.warmup // 5))
-            calls[b] = calls_for(cfg.budget_s, est, cfg.iters, cfg.min_iters)
-        samples: dict[str, list[float]] = {b: [] for b in cfg.backends}
-        for i in range(cfg.reps):
-            order = cfg.backends if (i % 2 == 0) != cfg.flip else cfg.backends[::-1]
-            for b in order:
-                buf.copy_(src)
-                samples[b].append(repetition(b, calls[b]))
-        per_size: dict[str, Any] = {}
-        for b in cfg.backends:
-            buf.copy_(src)
-            fns[b]()
-            _verify(b, buf, expected, rank, n, ctrl)
-            per_size[b] = {"samples": samples[b], "calls": calls[b]}
+        per_size = _time_size(nbytes, rank, cfg, groups, ctrl, issued)
         if "stragg" in groups:
             per_size["stragg"]["plan"] = _last_plan(stragg_mod, groups["stragg"])
         out["sizes"][str(nbytes)] = per_size
-        del src, expected, buf
 
     if "stragg" in groups:
         stats1 = stragg_stats(stragg_mod, groups["stragg"])
@@ -316,7 +322,7 @@ def traffic_bytes(plan: str, n: int, nbytes: int) -> float | None:
                 total += run_bytes(chunk, count)
             if step.get("recv"):
                 _, chunk, count, op = step["recv"]
-                total += run_bytes(chunk, count) * (1.5 if op == "reduce" else 1.0)
+                total += run_bytes(chunk, count) * (1.0 if op == "copy" else 1.5)
         busiest = max(busiest, total)
     return busiest
 
@@ -408,13 +414,17 @@ def print_table(rows: list[dict[str, Any]], systems: list[str], cfg: Config,
     n = cfg.ranks
     print(f"# stragg all_reduce benchmark: {n} ranks, float32, sum, {os.cpu_count()} CPUs visible, "
           f"torch {torch.__version__}")  # fmt: skip
-    print(f"# time = median over {args.reps} repetitions ({args.rounds} launches per system, "
-          f"interleaved) of the slowest rank's mean per call over back-to-back calls after a "
-          f"barrier (OSU method); min/max over the repetitions; busbw = algbw * {bus_factor(n):.3f}")
+    print(
+        f"# time = median over {args.reps} repetitions ({args.rounds} launches per system, "
+        f"interleaved) of the slowest rank's mean per call over back-to-back calls after a "
+        f"barrier (OSU method); min/max over the repetitions; busbw = algbw * {bus_factor(n):.3f}"
+    )
     if "mpi" in info:
         print(f"# mpi: {info['mpi']} (mpi4py, numpy buffers, mpirun --oversubscribe)")
-    print(f"# copy bandwidth per rank, all {n} ranks copying: {info['copy_bw_gbps']:.2f} GB/s; "
-          f"limit = the busiest rank's copy-equivalent bytes of stragg's schedule / that bandwidth")
+    print(
+        f"# copy bandwidth per rank, all {n} ranks copying: {info['copy_bw_gbps']:.2f} GB/s; "
+        f"limit = the busiest rank's copy-equivalent bytes of stragg's schedule / that bandwidth"
+    )
     if cfg.stragg_note:
         print(f"# stragg unavailable ({cfg.stragg_note})")
     by = {(r["backend"], r["bytes"]): r for r in rows}
@@ -437,15 +447,19 @@ def print_table(rows: list[dict[str, Any]], systems: list[str], cfg: Config,
             line += (f" | {r['time_s'] * 1e6:10.1f} {r['time_min_s'] * 1e6:8.1f} "
                      f"{r['time_max_s'] * 1e6:8.1f} {r['busbw_gbps']:6.2f}")  # fmt: skip
         lim = (st or {}).get("limit_s")
-        line += (f" | {lim * 1e6:9.1f} {st['limit_busbw_gbps']:6.2f}" if lim else f" | {'-':>9} {'-':>6}")
+        line += (
+            f" | {lim * 1e6:9.1f} {st['limit_busbw_gbps']:6.2f}" if lim else f" | {'-':>9} {'-':>6}"
+        )
         for p in peers:
             r = by.get((p, nbytes))
             line += f" | {st['time_s'] / r['time_s']:11.2f}x" if st and r else f" | {'-':>12}"
         if "stragg" in systems:
             line += f" | {st['time_s'] / lim:11.2f}x" if st and lim else f" | {'-':>12}"
         print(line)
-    print("# stragg/peer: time ratio (< 1: stragg faster); stragg/limit: how far above the "
-          "memory-traffic limit")
+    print(
+        "# stragg/peer: time ratio (< 1: stragg faster); stragg/limit: how far above the "
+        "memory-traffic limit"
+    )
     if info.get("stats_check"):
         print("# " + info["stats_check"])
     sys.stdout.flush()
@@ -517,7 +531,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--budget", type=float, default=0.1,
                    help="target seconds per repetition (calls = budget / warm-up time per call, "
                         "within [--min-iters, --iters]); 0 = always --iters")  # fmt: skip
-    p.add_argument("--reps", type=int, default=5, help="repetitions per size and system (default 5)")
+    p.add_argument(
+        "--reps", type=int, default=5, help="repetitions per size and system (default 5)"
+    )
     p.add_argument("--rounds", type=int, default=None,
                    help="launches per system the repetitions are spread over, systems launched "
                         "alternately (default: --reps, one repetition per launch)")  # fmt: skip

@@ -53,7 +53,8 @@ void SerialWorker::loop() {
       std::unique_lock<std::mutex> lock(mu_);
       // A job running inline keeps the queued ones waiting (issue order); stopping with nothing
       // queued ends the thread even then (the inline job may be the one stopping the worker).
-      cv_.wait(lock, [&] { return (stopping_ && queue_.empty()) || (!queue_.empty() && !running_); });
+      cv_.wait(lock,
+               [&] { return (stopping_ && queue_.empty()) || (!queue_.empty() && !running_); });
       if (queue_.empty()) return;  // stopping and nothing left
       job = std::move(queue_.front());
       queue_.pop_front();
