@@ -268,7 +268,11 @@ void Session::run_on_executor(AllreduceCall& call, CallRecord& record) {
                                               : 0.0;
   const PlanChoice choice = planner_->choose(call.numel * elem, straggler, delay);
   record.algorithm = stragg::algorithm_name(choice.algorithm);
-  record.plan = choice.describe();
+  if (!(choice == last_choice_) || last_plan_.empty()) {  // describe() formats: once per choice
+    last_choice_ = choice;
+    last_plan_ = choice.describe();
+  }
+  record.plan = last_plan_;
   record.straggler = choice.straggler;
   record.predicted_s = choice.predicted_s;
   const auto plan = planner_->plan(opt_.rank, choice, call.numel, elem,
