@@ -25,13 +25,13 @@ machine's noise hits all alike. Reported: median over repetitions, min/max (IQR 
 algbw = bytes / time / 1e9, busbw = algbw * 2(n-1)/n (nccl-tests convention).
 
 Limit: the memory traffic of the schedule stragg ran for the size (stragg.recent_calls), at the
-copy bandwidth measured in the same launch (all ranks copying 64 MiB at once, slowest rank).
-Over shared memory every message is copied into the segment by its sender and copied or reduced
-out by its receiver; a reduce (two reads, one write) counts 1.5 copies. The limit is the
-busiest rank's copy-equivalent bytes / copy bandwidth: no implementation that moves the data
-this way can beat it at sizes beyond the caches (latency terms are not modelled, so small sizes
-sit far above it; sizes that fit in the caches copy faster than the 64 MiB measurement, so
-there the "limit" is not a bound).
+copy bandwidth measured in the same launch (all ranks copying 64 MiB at once, slowest rank; a
+copy of b bytes reads b and writes b). Over shared memory every message goes through small
+staging slots that stay in the caches, so what reaches memory is the user buffers' traffic: a
+send reads b bytes (half a copy), a copying receive writes b (half a copy), a reducing receive
+reads and writes b (one copy). The limit is the busiest rank's copy-equivalent bytes / copy
+bandwidth: an implementation that moves the data this way beats it only where the buffers
+themselves fit in the caches (latency terms are not modelled, so small sizes sit far above it).
 
 The first call of every (size, system) and the call after the last repetition are checked
 exactly against the expected sum (integer-valued float32 data, so any summation order is exact);
@@ -319,10 +319,10 @@ def traffic_bytes(plan: str, n: int, nbytes: int) -> float | None:
         for step in sched.rank_program(r):
             if step.get("send"):
                 _, chunk, count = step["send"]
-                total += run_bytes(chunk, count)
+                total += 0.5 * run_bytes(chunk, count)
             if step.get("recv"):
                 _, chunk, count, op = step["recv"]
-                total += run_bytes(chunk, count) * (1.0 if op == "copy" else 1.5)
+                total += run_bytes(chunk, count) * (0.5 if op == "copy" else 1.0)
         busiest = max(busiest, total)
     return busiest
 
