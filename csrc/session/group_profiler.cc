@@ -125,12 +125,12 @@ void GroupProfiler::exchange(Executor& ex, const InternalSpec& spec,
     probe_pending_ = true;
   }
   const bool changed = profiler_->add_batch(all, k, bytes, link_, batch_first_call_);
-  const ProfilerSummary sum = profiler_->summary();
-  const size_t w = std::min<size_t>(settings_.window, sum.recent_delays_s.size());
-  recent_delays_.assign(sum.recent_delays_s.end() - w, sum.recent_delays_s.end());
+  // Not summary(): it evaluates the cost model for its report, which small calls would pay for.
+  recent_delays_ = profiler_->recent_delays(static_cast<size_t>(settings_.window));
   straggler_.store(profiler_->straggler());
-  straggler_delay_s_.store(sum.median_delay_s);
+  straggler_delay_s_.store(profiler_->candidate_median_delay_s());
   if (changed) {
+    const ProfilerSummary sum = profiler_->summary();
     log_info("stragg: rank " + std::to_string(rank_) + " of group '" + group_ + "': profiler: " +
              (sum.decisions.empty() ? std::string("straggler changed")
                                     : sum.decisions.back().reason));
