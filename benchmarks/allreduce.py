@@ -1,28 +1,42 @@
-"""all_reduce benchmark: stragg vs Gloo in the same processes, nccl-tests-style table.
+"""all_reduce benchmark: stragg vs Gloo vs OpenMPI, and the memory-traffic limit of stragg's plan.
 
     python benchmarks/allreduce.py --ranks 4
-    python benchmarks/allreduce.py --ranks 4 --sizes 4KiB,1MiB,64MiB --iters 20 --warmup 5
+    python benchmarks/allreduce.py --ranks 4 --sizes 4KiB,64KiB,1MiB,16MiB,64MiB --reps 5
     python benchmarks/allreduce.py --ranks 4 --json > allreduce.json
+    python benchmarks/allreduce.py --ranks 4 --plot allreduce.png
 
-The script spawns the ranks itself (torch.multiprocessing, start method 'spawn'). Every rank
-initialises the default group with Gloo (used only for control: the MAX of per-rank durations
-and of the result-check flags) and creates one group per backend under test with
-`dist.new_group(backend=...)`. For each size the backends are interleaved iteration by
-iteration (order alternating) so that machine noise hits both alike.
+Systems: `dist.all_reduce` on stragg and on Gloo (the same spawned processes: every rank
+initialises the default group with Gloo for control and one group per backend under test with
+`dist.new_group(backend=...)`), and OpenMPI's MPI_Allreduce through mpi4py on numpy buffers,
+launched with `mpirun --allow-run-as-root --oversubscribe -np P` on benchmarks/_mpi_worker.py.
+The MPI column is skipped, with a one-line message, when mpirun or mpi4py is absent
+(scripts/setup.sh installs both).
 
-One iteration of backend B: refill the buffer from a per-rank source pattern, barrier on B's
-group, time `dist.all_reduce(buf, SUM, group=B)` on every rank, then (outside the timed region)
-all_reduce the duration with MAX over the control group. Reported time = median over the
-measured iterations of that per-iteration max; spread = min/max (and IQR in --json).
+Timing, identical for every system (the OSU osu_allreduce method, _mpi_worker.osu_repetition):
+per size, one verified call, a warm-up repetition of `--warmup` calls (it also absorbs one-time
+costs such as stragg's first link probe, after its 16th call), one of `--warmup`/5 calls that
+estimates the rate, then repetitions of [barrier, `calls` back-to-back all_reduces (float32,
+SUM), mean per call]; a repetition's value is the slowest rank's mean. `calls` is about
+`--budget` seconds at the estimated rate, within [--min-iters, --iters] (`--budget 0`: always
+--iters). The run makes `--reps` repetitions in
+`--rounds` launches of each system (default: one repetition per launch), the systems launched
+alternately, and within a launch stragg and Gloo alternate repetition by repetition, so the
+machine's noise hits all alike. Reported: median over repetitions, min/max (IQR in --json).
 algbw = bytes / time / 1e9, busbw = algbw * 2(n-1)/n (nccl-tests convention).
 
-The first warm-up and the last measured iteration of every (size, backend) are checked exactly
-against the expected sum (integer-valued float32 data, so any summation order is exact); a
-mismatch aborts the run instead of reporting a broken all_reduce as fast.
+Limit: the memory traffic of the schedule stragg ran for the size (stragg.recent_calls), at the
+copy bandwidth measured in the same launch (all ranks copying 64 MiB at once, slowest rank; a
+copy of b bytes reads b and writes b). Over shared memory every message goes through small
+staging slots that stay in the caches, so what reaches memory is the user buffers' traffic: a
+send reads b bytes (half a copy), a copying receive writes b (half a copy), a reducing receive
+reads and writes b (one copy). The limit is the busiest rank's copy-equivalent bytes / copy
+bandwidth: an implementation that moves the data this way beats it only where the buffers
+themselves fit in the caches (latency terms are not modelled, so small sizes sit far above it).
 
-Iterations: `--warmup` and `--iters` are upper bounds; for large sizes the count is reduced so
-that each (size, backend) measures for about `--budget` seconds, never below `--min-iters`
-(default 5) measured iterations. `--budget 0` always runs exactly `--iters`.
+The first call of every (size, system) and the call after the last repetition are checked
+exactly against the expected sum (integer-valued float32 data, so any summation order is exact);
+a mismatch aborts the run instead of reporting a broken all_reduce as fast. (Back-to-back calls
+in place let the values grow, to inf for long runs: that does not change the work done.)
 """
 
 from __future__ import annotations
@@ -32,16 +46,20 @@ import datetime
 import json
 import math
 import os
+import shutil
+import subprocess
 import sys
-import time
-from dataclasses import dataclass
+import tempfile
+from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Any
 
 import torch
 import torch.distributed as dist
 
 # Python puts this script's directory first on sys.path (also in the spawned ranks): the
-# sibling _common.py is found from any working directory; stragg itself is the installed one.
+# siblings _common.py and _mpi_worker.py are found from any working directory; stragg itself is
+# the installed one.
 from _common import (
     ELEM,
     Stats,
@@ -56,17 +74,24 @@ from _common import (
     spawn_and_collect,
     stragg_stats,
 )
+from _mpi_worker import calls_for, osu_repetition
+
+HERE = Path(__file__).resolve().parent
+SYSTEMS = ("stragg", "gloo", "mpi")
+COPY_BW_BYTES = 64 << 20
 
 
 @dataclass
 class Config:
     ranks: int
     sizes: list[int]
-    backends: list[str]
+    backends: list[str]  # torch backends of this launch (stragg, gloo)
     iters: int
     warmup: int
     min_iters: int
     budget_s: float
+    reps: int  # repetitions per launch
+    flip: bool  # start the alternation with the last backend
     timeout_s: float
     json: bool
     stragg_note: str = ""
@@ -89,7 +114,7 @@ def _stats_check(before: dict[str, Any], after: dict[str, Any], issued: int) -> 
     msg = f"stragg backend_stats after the run: transport {transport!r}"
     calls, delegated = delta("allreduce_calls"), delta("delegated_calls")
     if calls is not None:
-        msg += f", allreduce_calls +{calls} for {issued} timed all_reduces"
+        msg += f", allreduce_calls +{calls} for {issued} all_reduces issued"
     if delegated is not None:
         msg += f", delegated_calls +{delegated} (barriers etc.)"
     if transport == "gloo" or (calls is not None and calls < issued):
@@ -97,76 +122,97 @@ def _stats_check(before: dict[str, Any], after: dict[str, Any], issued: int) -> 
     return msg
 
 
-def _print_header(cfg: Config, info: dict[str, str]) -> None:
-    n = cfg.ranks
-    print(
-        f"# stragg all_reduce benchmark: {n} ranks, float32, sum, "
-        f"{os.cpu_count()} CPUs visible, torch {torch.__version__}"
-    )
-    print(
-        f"# time = median over measured iterations of max-over-ranks all_reduce time; "
-        f"min/max over the same iterations; busbw = algbw * 2(n-1)/n = algbw * {bus_factor(n):.3f}"
-    )
-    print(
-        f"# iterations: warm-up <= {cfg.warmup}, measured <= {cfg.iters} "
-        f"(>= {cfg.min_iters}; budget {cfg.budget_s:g} s per size and backend)"
-    )
-    for k, v in info.items():
-        print(f"# {k}: {v}")
-    if cfg.stragg_note:
-        print(f"# stragg unavailable ({cfg.stragg_note}); running gloo only")
-    blk = f"{'time(us)':>10} {'min(us)':>10} {'max(us)':>10} {'algbw':>7} {'busbw':>7}"
-    blk_units = f"{'':>10} {'':>10} {'':>10} {'(GB/s)':>7} {'(GB/s)':>7}"
-    line1 = "#" + " " * 28
-    line2 = "#" + f"{'size':>11} {'count':>10} {'iters':>5}"
-    line3 = "#" + f"{'(B)':>11} {'(elements)':>10} {'':>5}"
-    for b in cfg.backends:
-        line1 += " | " + f" {b} ".center(len(blk), "-")
-        line2 += " | " + blk
-        line3 += " | " + blk_units
-    if len(cfg.backends) == 2:
-        line1 += " | " + f"{cfg.backends[0]}/{cfg.backends[1]}".center(15)
-        line2 += " | " + f"{'busbw':>7} {'time':>7}"
-    print(line1.rstrip())
-    print(line2)
-    print(line3.rstrip(), flush=True)
+# --------------------------------------------------------------------------------------------
+# One launch of the torch backends (spawned ranks)
 
 
-def _print_row(cfg: Config, nbytes: int, rows: list[dict[str, Any]]) -> None:
-    r0 = rows[0]
-    s = f" {nbytes:11d} {nbytes // ELEM:10d} {r0['iters']:5d}"
-    for r in rows:
-        s += (
-            f" | {r['time_s'] * 1e6:10.1f} {r['time_min_s'] * 1e6:10.1f} "
-            f"{r['time_max_s'] * 1e6:10.1f} {r['algbw_gbps']:7.3f} {r['busbw_gbps']:7.3f}"
+def _max_over(ctrl: Any, x: float) -> float:
+    t = torch.tensor([x], dtype=torch.float64)
+    dist.all_reduce(t, op=dist.ReduceOp.MAX, group=ctrl)
+    return float(t[0])
+
+
+def _copy_bandwidth(ctrl: Any) -> float:
+    """Bytes per second one rank copies while every rank copies (best of 3 repetitions)."""
+    src = torch.ones(COPY_BW_BYTES // ELEM, dtype=torch.float32)
+    dst = torch.empty_like(src)
+    dst.copy_(src)
+    times = [
+        osu_repetition(lambda: dst.copy_(src), lambda: dist.barrier(group=ctrl),
+                       lambda x: _max_over(ctrl, x), 4)
+        for _ in range(3)
+    ]  # fmt: skip
+    return COPY_BW_BYTES / min(times)
+
+
+def _verify(
+    b: str, buf: torch.Tensor, expected: torch.Tensor, rank: int, n: int, ctrl: Any
+) -> None:
+    """Raises VerificationError on every rank if any rank's result differs from `expected`."""
+    local_bad = not torch.equal(buf, expected)
+    flags = torch.zeros(n, dtype=torch.float64)
+    flags[rank] = float(local_bad)
+    dist.all_reduce(flags, op=dist.ReduceOp.MAX, group=ctrl)
+    bad_ranks = [r for r in range(n) if flags[r] > 0]
+    if bad_ranks:
+        detail = mismatch_detail(buf, expected) if local_bad else ""
+        details: list[Any] = [None] * n
+        dist.all_gather_object(details, detail, group=ctrl)
+        per_rank = "; ".join(f"rank {r}: {details[r]}" for r in bad_ranks)
+        raise VerificationError(
+            f"{b} all_reduce(SUM, float32, {buf.numel() * ELEM} bytes, {n} ranks) "
+            f"returned wrong results on ranks {bad_ranks} ({per_rank})"
         )
-    if len(rows) == 2:
-        a, b = rows
-        s += f" | {a['busbw_gbps'] / b['busbw_gbps']:7.2f} {a['time_s'] / b['time_s']:7.2f}"
-    print(s, flush=True)
 
 
-def _print_footer(cfg: Config, all_rows: list[dict[str, Any]]) -> None:
+def _last_plan(stragg_mod: Any, group: Any) -> str:
+    try:
+        calls = stragg_mod.recent_calls(group)
+    except (RuntimeError, AttributeError) as e:
+        return f"unknown ({e})"
+    return str(calls[-1]["plan"]) if calls else "unknown"
+
+
+def _time_size(
+    nbytes: int, rank: int, cfg: Config, groups: dict[str, Any], ctrl: Any, issued: dict[str, int]
+) -> dict[str, Any]:
+    """Verified warm-up, then cfg.reps repetitions per backend (alternating order) of one size."""
+    n = cfg.ranks
+    src, expected, buf = make_data(nbytes, rank, n)
+
+    def call(b: str) -> None:
+        dist.all_reduce(buf, op=dist.ReduceOp.SUM, group=groups[b])
+        issued[b] += 1
+
+    def repetition(b: str, calls: int) -> float:
+        return osu_repetition(
+            lambda: call(b),
+            lambda: dist.barrier(group=groups[b]),
+            lambda x: _max_over(ctrl, x),
+            calls,
+        )
+
+    calls: dict[str, int] = {}
     for b in cfg.backends:
-        bw = [r["busbw_gbps"] for r in all_rows if r["backend"] == b]
-        if bw:
-            print(f"# {b}: avg bus bandwidth {sum(bw) / len(bw):.3f} GB/s over {len(bw)} sizes")
-    if len(cfg.backends) == 2:
-        a, b = cfg.backends
-        ratios = [
-            ra["busbw_gbps"] / rb["busbw_gbps"]
-            for ra in all_rows
-            if ra["backend"] == a
-            for rb in all_rows
-            if rb["backend"] == b and rb["bytes"] == ra["bytes"]
-        ]
-        if ratios:
-            geo = math.exp(sum(math.log(x) for x in ratios) / len(ratios))
-            print(
-                f"# {a}/{b} busbw ratio: geometric mean {geo:.2f}, "
-                f"min {min(ratios):.2f}, max {max(ratios):.2f} (> 1: {a} faster)"
-            )
-    sys.stdout.flush()
+        buf.copy_(src)
+        call(b)
+        _verify(b, buf, expected, rank, n, ctrl)
+        repetition(b, max(1, cfg.warmup))
+        est = repetition(b, max(1, cfg.warmup // 5))
+        calls[b] = calls_for(cfg.budget_s, est, cfg.iters, cfg.min_iters)
+    samples: dict[str, list[float]] = {b: [] for b in cfg.backends}
+    for i in range(cfg.reps):
+        order = cfg.backends if (i % 2 == 0) != cfg.flip else cfg.backends[::-1]
+        for b in order:
+            buf.copy_(src)
+            samples[b].append(repetition(b, calls[b]))
+    per_size: dict[str, Any] = {}
+    for b in cfg.backends:
+        buf.copy_(src)
+        call(b)
+        _verify(b, buf, expected, rank, n, ctrl)
+        per_size[b] = {"samples": samples[b], "calls": calls[b]}
+    return per_size
 
 
 def worker(rank: int, cfg: Config, result_path: str) -> None:
@@ -185,124 +231,283 @@ def worker(rank: int, cfg: Config, result_path: str) -> None:
     dist.init_process_group("gloo", rank=rank, world_size=n, timeout=timeout)
     ctrl = dist.group.WORLD
     groups = {b: dist.new_group(backend=b, timeout=timeout) for b in cfg.backends}
-
-    info: dict[str, str] = {}
+    out: dict[str, Any] = {"copy_bw_Bps": _copy_bandwidth(ctrl), "sizes": {}}
     stats0: dict[str, Any] = {}
     if "stragg" in groups:
         stats0 = stragg_stats(stragg_mod, groups["stragg"])
-        if stats0:
-            info["stragg backend_stats"] = json.dumps(stats0, sort_keys=True)
-    if rank == 0 and not cfg.json:
-        _print_header(cfg, info)
-
+        out["stragg_backend_stats"] = stats0
     issued = {b: 0 for b in cfg.backends}
 
-    def run_iter(
-        b: str,
-        src: torch.Tensor,
-        expected: torch.Tensor,
-        buf: torch.Tensor,
-        check: bool,
-    ) -> float:
-        g = groups[b]
-        buf.copy_(src)
-        dist.barrier(group=g)
-        t0 = time.perf_counter()
-        dist.all_reduce(buf, op=dist.ReduceOp.SUM, group=g)
-        dt = time.perf_counter() - t0
-        issued[b] += 1
-        # [duration, bad_0, ..., bad_{n-1}], MAX over ranks: same values on every rank.
-        stat = torch.zeros(1 + n, dtype=torch.float64)
-        stat[0] = dt
-        local_bad = check and not torch.equal(buf, expected)
-        if local_bad:
-            stat[1 + rank] = 1.0
-        dist.all_reduce(stat, op=dist.ReduceOp.MAX, group=ctrl)
-        bad_ranks = [r for r in range(n) if stat[1 + r] > 0]
-        if bad_ranks:
-            detail = mismatch_detail(buf, expected) if local_bad else ""
-            details: list[Any] = [None] * n
-            dist.all_gather_object(details, detail, group=ctrl)
-            per_rank = "; ".join(f"rank {r}: {details[r]}" for r in bad_ranks)
-            raise VerificationError(
-                f"{b} all_reduce(SUM, float32, {buf.numel() * ELEM} bytes, {n} ranks) "
-                f"returned wrong results on ranks {bad_ranks} ({per_rank})"
-            )
-        return float(stat[0])
-
-    all_rows: list[dict[str, Any]] = []
     for nbytes in cfg.sizes:
-        src, expected, buf = make_data(nbytes, rank, n)
-        # Warm-up; the first iteration of each backend is verified. The loop stops early once
-        # warm-up has used half the budget (decision made on max-reduced values: same on all ranks).
-        warm_time = {b: 0.0 for b in cfg.backends}
-        warm_done = 0
-        for i in range(max(1, cfg.warmup)):
-            for b in cfg.backends:
-                warm_time[b] += run_iter(b, src, expected, buf, check=(i == 0))
-            warm_done += 1
-            if cfg.budget_s > 0 and max(warm_time.values()) > cfg.budget_s / 2:
-                break
-        est = max(warm_time.values()) / warm_done
-        iters = cfg.iters
-        if cfg.budget_s > 0:
-            iters = min(cfg.iters, max(cfg.min_iters, math.ceil(cfg.budget_s / max(est, 1e-9))))
-        iters = max(iters, 1)
-
-        samples: dict[str, list[float]] = {b: [] for b in cfg.backends}
-        for i in range(iters):
-            order = cfg.backends if i % 2 == 0 else cfg.backends[::-1]
-            for b in order:
-                samples[b].append(run_iter(b, src, expected, buf, check=(i == iters - 1)))
-        del src, expected, buf
-
-        rows = []
-        for b in cfg.backends:
-            st = Stats.of(samples[b])
-            algbw = nbytes / st.median / 1e9
-            row: dict[str, Any] = {
-                "backend": b,
-                "bytes": nbytes,
-                "time_s": st.median,
-                "algbw_gbps": algbw,
-                "busbw_gbps": algbw * bus_factor(n),
-                "time_min_s": st.minimum,
-                "time_max_s": st.maximum,
-                "time_p25_s": st.p25,
-                "time_p75_s": st.p75,
-                "iters": st.count,
-                "warmup": warm_done,
-                "ranks": n,
-                "dtype": "float32",
-                "op": "sum",
-            }
-            rows.append(row)
-        all_rows.extend(rows)
-        if rank == 0 and not cfg.json:
-            _print_row(cfg, nbytes, rows)
+        per_size = _time_size(nbytes, rank, cfg, groups, ctrl, issued)
+        if "stragg" in groups:
+            per_size["stragg"]["plan"] = _last_plan(stragg_mod, groups["stragg"])
+        out["sizes"][str(nbytes)] = per_size
 
     if "stragg" in groups:
         stats1 = stragg_stats(stragg_mod, groups["stragg"])
-        transport = stats1.get("transport")
-        if transport is not None:
-            for r in all_rows:
-                if r["backend"] == "stragg":
-                    r["transport"] = transport
-        msg = _stats_check(stats0, stats1, issued["stragg"])
-        if rank == 0 and msg:
-            if cfg.json:
-                eprint("# " + msg)
-            else:
-                print("# " + msg)
+        out["transport"] = stats1.get("transport")
+        out["stats_check"] = _stats_check(stats0, stats1, issued["stragg"])
     if rank == 0:
-        if not cfg.json:
-            _print_footer(cfg, all_rows)
         with open(result_path, "w") as f:
-            json.dump(all_rows, f)
+            json.dump(out, f)
     dist.barrier(group=ctrl)
     for g in groups.values():
         dist.destroy_process_group(g)
     dist.destroy_process_group()
+
+
+# --------------------------------------------------------------------------------------------
+# OpenMPI launches
+
+
+def mpi_unavailable() -> str:
+    """Why the OpenMPI column cannot run here ("" if it can)."""
+    hint = "(Debian: apt-get install openmpi-bin libopenmpi-dev; pip install mpi4py)"
+    if shutil.which("mpirun") is None:
+        return f"mpirun not found {hint}"
+    probe = subprocess.run([sys.executable, "-c", "import mpi4py"], capture_output=True, text=True,
+                           check=False)  # fmt: skip
+    if probe.returncode != 0:
+        return f"mpi4py cannot be imported {hint}"
+    return ""
+
+
+def run_mpi(cfg: Config) -> dict[str, Any] | None:
+    """One mpirun launch of _mpi_worker.py; its result, or None (said why on stderr)."""
+    with tempfile.TemporaryDirectory(prefix="stragg-allreduce-mpi-") as tmp:
+        cfg_path, out_path = os.path.join(tmp, "cfg.json"), os.path.join(tmp, "out.json")
+        with open(cfg_path, "w") as f:
+            json.dump({"sizes": cfg.sizes, "warmup": cfg.warmup, "reps": cfg.reps,
+                       "budget_s": cfg.budget_s, "max_calls": cfg.iters,
+                       "min_calls": cfg.min_iters}, f)  # fmt: skip
+        cmd = ["mpirun", "--allow-run-as-root", "--oversubscribe", "-np", str(cfg.ranks),
+               sys.executable, str(HERE / "_mpi_worker.py"), cfg_path, out_path]  # fmt: skip
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=cfg.timeout_s * 4,
+                              check=False)  # fmt: skip
+        if proc.returncode != 0 or not os.path.exists(out_path):
+            eprint(f"allreduce.py: mpirun failed (rc {proc.returncode}):\n"
+                   f"{(proc.stdout + proc.stderr)[-3000:]}")  # fmt: skip
+            return None
+        with open(out_path) as f:
+            return json.load(f)
+
+
+# --------------------------------------------------------------------------------------------
+# The memory-traffic limit
+
+
+def traffic_bytes(plan: str, n: int, nbytes: int) -> float | None:
+    """Copy-equivalent bytes the busiest rank moves under `plan` (see the module docstring);
+    None for plans whose schedule is not rebuilt here (straggler-parameterised ones)."""
+    if "(" in plan or plan in ("local", "gloo", "unknown"):
+        return None
+    import stragg.schedule
+
+    try:
+        sched = stragg.schedule.build(plan, n)
+    except (ValueError, RuntimeError):
+        return None
+    chunk_bytes = [length * ELEM for _, length in sched.chunk_ranges(nbytes // ELEM)]
+
+    def run_bytes(chunk: int, count: int) -> int:
+        return sum(chunk_bytes[chunk : chunk + count])
+
+    busiest = 0.0
+    for r in range(n):
+        total = 0.0
+        for step in sched.rank_program(r):
+            if step.get("send"):
+                _, chunk, count = step["send"]
+                total += 0.5 * run_bytes(chunk, count)
+            if step.get("recv"):
+                _, chunk, count, op = step["recv"]
+                total += run_bytes(chunk, count) * (0.5 if op == "copy" else 1.0)
+        busiest = max(busiest, total)
+    return busiest
+
+
+# --------------------------------------------------------------------------------------------
+# Driver: launches, aggregation, table, plot
+
+
+def _row(system: str, nbytes: int, samples: list[float], calls: int, n: int) -> dict[str, Any]:
+    st = Stats.of(samples)
+    algbw = nbytes / st.median / 1e9
+    return {
+        "backend": system,
+        "bytes": nbytes,
+        "time_s": st.median,
+        "algbw_gbps": algbw,
+        "busbw_gbps": algbw * bus_factor(n),
+        "time_min_s": st.minimum,
+        "time_max_s": st.maximum,
+        "time_p25_s": st.p25,
+        "time_p75_s": st.p75,
+        "reps": st.count,
+        "iters": calls,  # back-to-back calls per repetition (the last launch's)
+        "ranks": n,
+        "dtype": "float32",
+        "op": "sum",
+    }
+
+
+def collect(args: argparse.Namespace, cfg: Config, systems: list[str]) -> tuple[list, dict] | None:
+    """Runs the launches; returns (rows, info)."""
+    samples: dict[tuple[str, int], list[float]] = {}
+    calls: dict[tuple[str, int], int] = {}
+    plans: dict[int, str] = {}
+    copy_bw: list[float] = []
+    info: dict[str, Any] = {}
+    reps_left = args.reps
+    for launch in range(args.rounds):
+        reps = math.ceil(reps_left / (args.rounds - launch))
+        reps_left -= reps
+        lcfg = replace(cfg, reps=reps, flip=launch % 2 == 1)
+        jobs = ["torch", "mpi"] if "mpi" in systems else ["torch"]
+        for job in jobs if launch % 2 == 0 else jobs[::-1]:
+            if job == "mpi":
+                res = run_mpi(lcfg)
+                if res is None:
+                    return None
+                info["mpi"] = res["library"]
+                per = {k: {"mpi": v} for k, v in res["sizes"].items()}
+            else:
+                res = spawn_and_collect(worker, lcfg, cfg.ranks, "allreduce.py")
+                if res is None:
+                    return None
+                copy_bw.append(res["copy_bw_Bps"])
+                for k in ("transport", "stats_check", "stragg_backend_stats"):
+                    if k in res:
+                        info.setdefault(k, res[k])
+                per = res["sizes"]
+            for size, by_system in per.items():
+                for system, v in by_system.items():
+                    samples.setdefault((system, int(size)), []).extend(v["samples"])
+                    calls[(system, int(size))] = v["calls"]
+                    if "plan" in v:
+                        plans[int(size)] = v["plan"]
+        if not args.json:
+            eprint(f"# launch {launch + 1}/{args.rounds} done")
+    bw = sorted(copy_bw)[len(copy_bw) // 2] if copy_bw else 0.0
+    info["copy_bw_gbps"] = bw / 1e9
+    rows = []
+    for system in systems:
+        for nbytes in cfg.sizes:
+            key = (system, nbytes)
+            if key not in samples:
+                continue
+            row = _row(system, nbytes, samples[key], calls[key], cfg.ranks)
+            if system == "stragg":
+                row["transport"] = info.get("transport")
+                row["plan"] = plans.get(nbytes, "unknown")
+                traffic = traffic_bytes(row["plan"], cfg.ranks, nbytes)
+                if traffic is not None and bw > 0:
+                    row["limit_s"] = traffic / bw
+                    row["limit_busbw_gbps"] = nbytes / row["limit_s"] / 1e9 * bus_factor(cfg.ranks)
+            rows.append(row)
+    return rows, info
+
+
+def print_table(rows: list[dict[str, Any]], systems: list[str], cfg: Config,
+                args: argparse.Namespace, info: dict[str, Any]) -> None:  # fmt: skip
+    n = cfg.ranks
+    print(f"# stragg all_reduce benchmark: {n} ranks, float32, sum, {os.cpu_count()} CPUs visible, "
+          f"torch {torch.__version__}")  # fmt: skip
+    print(
+        f"# time = median over {args.reps} repetitions ({args.rounds} launches per system, "
+        f"interleaved) of the slowest rank's mean per call over back-to-back calls after a "
+        f"barrier (OSU method); min/max over the repetitions; busbw = algbw * {bus_factor(n):.3f}"
+    )
+    if "mpi" in info:
+        print(f"# mpi: {info['mpi']} (mpi4py, numpy buffers, mpirun --oversubscribe)")
+    print(
+        f"# copy bandwidth per rank, all {n} ranks copying: {info['copy_bw_gbps']:.2f} GB/s; "
+        f"limit = the busiest rank's copy-equivalent bytes of stragg's schedule / that bandwidth"
+    )
+    if cfg.stragg_note:
+        print(f"# stragg unavailable ({cfg.stragg_note})")
+    by = {(r["backend"], r["bytes"]): r for r in rows}
+    head = f"{'size':>9} {'plan':>6}"
+    for s in systems:
+        head += f" | {s + ' us':>10} {'min':>8} {'max':>8} {'busbw':>6}"
+    head += f" | {'limit us':>9} {'busbw':>6}"
+    peers = [s for s in systems if s != "stragg"] if "stragg" in systems else []
+    for p in peers + (["limit"] if "stragg" in systems else []):
+        head += f" | {'stragg/' + p:>12}"
+    print(head)
+    for nbytes in cfg.sizes:
+        st = by.get(("stragg", nbytes))
+        line = f"{_fmt_size(nbytes):>9} {(st or {}).get('plan', '-')[:6]:>6}"
+        for s in systems:
+            r = by.get((s, nbytes))
+            if r is None:
+                line += f" | {'-':>10} {'-':>8} {'-':>8} {'-':>6}"
+                continue
+            line += (f" | {r['time_s'] * 1e6:10.1f} {r['time_min_s'] * 1e6:8.1f} "
+                     f"{r['time_max_s'] * 1e6:8.1f} {r['busbw_gbps']:6.2f}")  # fmt: skip
+        lim = (st or {}).get("limit_s")
+        line += (
+            f" | {lim * 1e6:9.1f} {st['limit_busbw_gbps']:6.2f}" if lim else f" | {'-':>9} {'-':>6}"
+        )
+        for p in peers:
+            r = by.get((p, nbytes))
+            line += f" | {st['time_s'] / r['time_s']:11.2f}x" if st and r else f" | {'-':>12}"
+        if "stragg" in systems:
+            line += f" | {st['time_s'] / lim:11.2f}x" if st and lim else f" | {'-':>12}"
+        print(line)
+    print(
+        "# stragg/peer: time ratio (< 1: stragg faster); stragg/limit: how far above the "
+        "memory-traffic limit"
+    )
+    if info.get("stats_check"):
+        print("# " + info["stats_check"])
+    sys.stdout.flush()
+
+
+def _fmt_size(n: int) -> str:
+    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= scale and n % scale == 0:
+            return f"{n // scale}{unit}"
+    return f"{n}B"
+
+
+def plot(rows: list[dict[str, Any]], systems: list[str], n: int, path: str) -> None:
+    """Time and busbw vs size, one line per system (and the limit), min/max as error bars."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (ax_t, ax_b) = plt.subplots(1, 2, figsize=(12, 4.5))
+    for s in systems:
+        rs = sorted((r for r in rows if r["backend"] == s), key=lambda r: r["bytes"])
+        if not rs:
+            continue
+        x = [r["bytes"] for r in rs]
+        t = [r["time_s"] * 1e6 for r in rs]
+        err = [[(r["time_s"] - r["time_min_s"]) * 1e6 for r in rs],
+               [(r["time_max_s"] - r["time_s"]) * 1e6 for r in rs]]  # fmt: skip
+        label = {"mpi": "OpenMPI", "gloo": "Gloo"}.get(s, s)
+        ax_t.errorbar(x, t, yerr=err, marker="o", capsize=3, label=label)
+        ax_b.plot(x, [r["busbw_gbps"] for r in rs], marker="o", label=label)
+    lim = sorted((r for r in rows if r["backend"] == "stragg" and r.get("limit_s")),
+                 key=lambda r: r["bytes"])  # fmt: skip
+    if lim:
+        x = [r["bytes"] for r in lim]
+        ax_t.plot(x, [r["limit_s"] * 1e6 for r in lim], "k--", label="memory-traffic limit")
+        ax_b.plot(x, [r["limit_busbw_gbps"] for r in lim], "k--", label="memory-traffic limit")
+    for ax in (ax_t, ax_b):
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("message size (bytes)")
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend()
+    ax_t.set_yscale("log")
+    ax_t.set_ylabel("time per all_reduce (us), median, min/max")
+    ax_b.set_ylabel("bus bandwidth (GB/s)")
+    fig.suptitle(f"all_reduce, {n} ranks, float32 SUM, one host")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -317,33 +522,39 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         default=None,
         help="comma list, e.g. 4KiB,1MiB,64MiB (default: 4KiB..256MiB, powers of 4)",
     )
-    p.add_argument("--iters", type=int, default=50, help="max measured iterations (default 50)")
-    p.add_argument("--warmup", type=int, default=5, help="max warm-up iterations (default 5)")
+    p.add_argument("--iters", type=int, default=200,
+                   help="max back-to-back calls per repetition (default 200)")  # fmt: skip
+    p.add_argument("--warmup", type=int, default=50,
+                   help="calls of the warm-up repetition (default 50; OSU's is 200)")  # fmt: skip
+    p.add_argument("--min-iters", type=int, default=2,
+                   help="min back-to-back calls per repetition (default 2)")  # fmt: skip
+    p.add_argument("--budget", type=float, default=0.1,
+                   help="target seconds per repetition (calls = budget / warm-up time per call, "
+                        "within [--min-iters, --iters]); 0 = always --iters")  # fmt: skip
     p.add_argument(
-        "--min-iters",
-        type=int,
-        default=5,
-        help="min measured iterations when the budget cuts --iters (default 5)",
+        "--reps", type=int, default=5, help="repetitions per size and system (default 5)"
     )
-    p.add_argument(
-        "--budget",
-        type=float,
-        default=2.0,
-        help="target seconds of measurement per size and backend; 0 = always --iters",
-    )
+    p.add_argument("--rounds", type=int, default=None,
+                   help="launches per system the repetitions are spread over, systems launched "
+                        "alternately (default: --reps, one repetition per launch)")  # fmt: skip
     p.add_argument(
         "--backends",
         default=None,
-        help="comma list from stragg,gloo (default: both; gloo only, with a note, "
-        "when stragg cannot be imported)",
+        help="comma list from stragg,gloo,mpi (default: all three; gloo only, with a note, when "
+        "stragg cannot be imported; mpi skipped, with a note, when mpirun/mpi4py are absent)",
     )
     p.add_argument("--timeout", type=float, default=300.0, help="collective timeout, seconds")
     p.add_argument("--json", action="store_true", help="print one JSON list of rows, nothing else")
+    p.add_argument("--plot", metavar="FILE.png", default=None,
+                   help="also draw time and busbw vs size, one line per system")  # fmt: skip
     args = p.parse_args(argv)
     if args.ranks < 2:
         p.error("--ranks must be >= 2")
-    if args.iters < 1 or args.warmup < 0 or args.min_iters < 1:
-        p.error("--iters and --min-iters must be >= 1, --warmup >= 0")
+    if args.iters < 1 or args.warmup < 0 or args.min_iters < 1 or args.reps < 1:
+        p.error("--iters, --min-iters and --reps must be >= 1, --warmup >= 0")
+    args.rounds = args.reps if args.rounds is None else args.rounds
+    if not 1 <= args.rounds <= args.reps:
+        p.error("--rounds must be between 1 and --reps")
     args.min_iters = min(args.min_iters, args.iters)
     sizes = args.sizes if args.sizes is not None else default_sizes()
     for s in sizes:
@@ -353,46 +564,72 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv)
+def choose_systems(args: argparse.Namespace) -> tuple[list[str], str] | None:
+    """(systems to run, note on stragg) or None after saying why on stderr."""
     note = ""
     if args.backends is None:
-        backends = ["stragg", "gloo"]
+        systems = list(SYSTEMS)
         mod, why = import_stragg()
         if mod is None:
-            backends, note = ["gloo"], why
-            eprint(f"allreduce.py: stragg unavailable ({why}); benchmarking gloo only")
-    else:
-        backends = [b.strip() for b in args.backends.split(",") if b.strip()]
-        unknown = sorted(set(backends) - {"stragg", "gloo"})
-        if unknown or not backends or len(set(backends)) != len(backends):
-            eprint(f"allreduce.py: --backends must list stragg and/or gloo, got {args.backends!r}")
-            return 2
-        if "stragg" in backends:
-            mod, why = import_stragg()
-            if mod is None:
-                eprint(f"allreduce.py: stragg requested but unavailable: {why}")
-                return 2
+            systems.remove("stragg")
+            note = why
+            eprint(f"allreduce.py: stragg unavailable ({why}); benchmarking without it")
+        missing = mpi_unavailable()
+        if missing:
+            systems.remove("mpi")
+            eprint(f"allreduce.py: OpenMPI column skipped: {missing}")
+        return systems, note
+    systems = [b.strip() for b in args.backends.split(",") if b.strip()]
+    unknown = sorted(set(systems) - set(SYSTEMS))
+    if unknown or not systems or len(set(systems)) != len(systems):
+        eprint(f"allreduce.py: --backends must list stragg, gloo and/or mpi, got {args.backends!r}")
+        return None
+    if "stragg" in systems:
+        mod, why = import_stragg()
+        if mod is None:
+            eprint(f"allreduce.py: stragg requested but unavailable: {why}")
+            return None
+    if "mpi" in systems and mpi_unavailable():
+        eprint(f"allreduce.py: mpi requested but unavailable: {mpi_unavailable()}")
+        return None
+    return systems, note
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    chosen = choose_systems(args)
+    if chosen is None:
+        return 2
+    systems, note = chosen
     cfg = Config(
         ranks=args.ranks,
         sizes=args.sizes,
-        backends=backends,
+        backends=[s for s in systems if s != "mpi"],
         iters=args.iters,
         warmup=args.warmup,
         min_iters=args.min_iters,
         budget_s=args.budget,
+        reps=1,
+        flip=False,
         timeout_s=args.timeout,
         json=args.json,
         stragg_note=note,
     )
-    rows = spawn_and_collect(worker, cfg, cfg.ranks, "allreduce.py")
-    if rows is None:
+    result = collect(args, cfg, systems)
+    if result is None:
         return 1
+    rows, info = result
     model = _ring_model(rows, cfg.ranks)
     if args.json:
         print(json.dumps(rows))
-    elif model:
-        _print_model(rows, model)
+    else:
+        print_table(rows, systems, cfg, args, info)
+        if model:
+            _print_model(rows, model)
+    if args.plot:
+        plot(rows, systems, cfg.ranks, args.plot)
+        if not args.json:
+            print(f"# plot: {args.plot}")
     return 0
 
 

@@ -17,6 +17,20 @@ if [ -n "$missing" ]; then
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq $missing
 fi
 
+# OpenMPI (optional: only benchmarks/allreduce.py's MPI column uses it, no test needs it), so a
+# failure here only warns.
+MPI_PACKAGES="openmpi-bin libopenmpi-dev"
+mpi_missing=""
+for pkg in $MPI_PACKAGES; do
+  dpkg -s "$pkg" >/dev/null 2>&1 || mpi_missing="$mpi_missing $pkg"
+done
+if [ -n "$mpi_missing" ]; then
+  echo "setup: installing Debian packages (optional, the benchmark's MPI column):$mpi_missing"
+  SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
+  { $SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq \
+      $mpi_missing; } || echo "setup: warning: OpenMPI not installed; the benchmark skips MPI"
+fi
+
 PYTHON=${PYTHON:-python3}
 if [ ! -x .venv/bin/python ]; then
   echo "setup: creating .venv"
@@ -35,6 +49,10 @@ PY=.venv/bin/python
 # torch 2.13.0; the torch pin is repeated so that none of them can replace it.
 "$PY" -m pip install -q "pytorch-lightning==2.6.6" "accelerate==1.15.0" "torchft==0.2.0" \
   "expecttest==0.3.0" "torch==${STRAGG_TORCH_VERSION:-2.13.0}"
+# mpi4py for the benchmark's MPI column, only where OpenMPI is installed (optional: warns).
+if command -v mpirun >/dev/null 2>&1; then
+  "$PY" -m pip install -q "mpi4py==4.1.2" || echo "setup: warning: mpi4py not installed"
+fi
 # GPU parts (kernels/): only where a CUDA compiler exists. NCCL's headers and library come from
 # its wheel (pinned: the NCCL ABI the GPU code is compiled against).
 if command -v nvcc >/dev/null 2>&1; then

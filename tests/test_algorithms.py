@@ -46,7 +46,7 @@ def _check_all_sizes(rank: int, ws: int, sleep_rank: int) -> dict[str, Any]:
     return {"digests": digests, "algorithm": stats["algorithm"], "calls": stats["allreduce_calls"]}
 
 
-@pytest.mark.parametrize("algo", ["ring", "rhd", "direct", "bcast", "stragglar", "optcc"])
+@pytest.mark.parametrize("algo", ["ring", "rhd", "direct", "bcast", "stragglar", "optcc", "rd"])
 @pytest.mark.parametrize("ws", [3, 4])
 def test_every_algorithm_is_exact_and_identical(algo: str, ws: int) -> None:
     res = h.run_ranks(ws, _check_all_sizes, 1, env={"STRAGG_ALGO": algo, "STRAGG_STRAGGLER": "1"})

@@ -56,12 +56,14 @@ def test_detector_finds_insertions(tmp_path: Path) -> None:
 def test_benchmark_runs_from_another_directory(tmp_path: Path) -> None:
     cmd = [
         sys.executable, str(REPO / "benchmarks" / "allreduce.py"), "--ranks", "2",
-        "--sizes", "4KiB", "--iters", "3", "--warmup", "1", "--budget", "0", "--json",
+        "--sizes", "4KiB", "--iters", "3", "--warmup", "1", "--budget", "0", "--reps", "1",
+        "--json",
     ]  # fmt: skip
     proc = subprocess.run(
         cmd, cwd=tmp_path, capture_output=True, text=True, timeout=180, check=False
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     rows = json.loads(proc.stdout)
-    assert {r["backend"] for r in rows} == {"stragg", "gloo"}
+    # OpenMPI's column joins where mpirun and mpi4py are installed (scripts/setup.sh).
+    assert {r["backend"] for r in rows} - {"mpi"} == {"stragg", "gloo"}
     assert [r["transport"] for r in rows if r["backend"] == "stragg"] == ["shm"]

@@ -418,7 +418,8 @@ void CudaAllreduce::Impl::run_task(Task& task, const PlanChoice* chosen) {
       // The session's choice (same planner state on every rank: the call runs in the session's
       // issue order); without a CPU transport, the configured straggler only.
       const PlanChoice choice =
-          chosen != nullptr ? *chosen : planner->choose(numel * elem, planner->straggler().rank);
+          chosen != nullptr ? *chosen : planner->choose(numel * elem, planner->straggler().rank, 0,
+                                                            /*host=*/false);
       exec->run(*planner->plan(rank, choice, numel, elem, /*ordered_recvs=*/false), spec, data,
                 stream, task.timeout);
     }

@@ -23,10 +23,11 @@ enum class Algorithm : uint8_t {
   Bcast = 4,
   Stragglar = 5,
   Optcc = 6,
+  Rd = 7,  // recursive doubling (small messages)
 };
 
-inline constexpr std::array<const char*, 7> kAlgorithmNames = {
-    "auto", "ring", "rhd", "direct", "bcast", "stragglar", "optcc"};
+inline constexpr std::array<const char*, 8> kAlgorithmNames = {
+    "auto", "ring", "rhd", "direct", "bcast", "stragglar", "optcc", "rd"};
 
 inline const char* algorithm_name(Algorithm a) {
   const auto i = static_cast<size_t>(a);

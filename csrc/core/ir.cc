@@ -12,7 +12,17 @@
 namespace stragg {
 namespace core {
 
-const char* to_string(RecvOp op) { return op == RecvOp::kReduce ? "reduce" : "copy"; }
+const char* to_string(RecvOp op) {
+  switch (op) {
+    case RecvOp::kReduce:
+      return "reduce";
+    case RecvOp::kReduceFirst:
+      return "reduce_first";
+    case RecvOp::kCopy:
+      break;
+  }
+  return "copy";
+}
 
 const char* to_string(Collective c) {
   switch (c) {
@@ -501,7 +511,7 @@ class RoundRule {
   void record(const std::vector<Transfer>& transfers) {
     for (const Transfer& t : transfers) {
       sends_[t.src].push_back({t.chunk, t.chunk + t.count});
-      (t.op == RecvOp::kReduce ? reduces_ : copies_)[t.dst].push_back({t.chunk, t.chunk + t.count});
+      (is_reduce(t.op) ? reduces_ : copies_)[t.dst].push_back({t.chunk, t.chunk + t.count});
     }
   }
 

@@ -54,7 +54,11 @@ class ScheduleError : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
-enum class RecvOp : uint8_t { kReduce = 0, kCopy = 1 };
+// kReduce: x = x (+) received; kReduceFirst: x = received (+) x, the received data as the left
+// operand (recursive doubling: both ranks of a pair compute lower (+) upper, so they hold
+// bitwise the same result even where (+) is not bitwise commutative, e.g. NaN payloads).
+enum class RecvOp : uint8_t { kReduce = 0, kCopy = 1, kReduceFirst = 2 };
+inline bool is_reduce(RecvOp op) { return op != RecvOp::kCopy; }
 
 enum class Collective : uint8_t { kAllReduce = 0, kReduceScatter = 1, kAllGather = 2 };
 

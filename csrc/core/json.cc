@@ -92,6 +92,8 @@ Schedule schedule_from_json(const std::string& text) {
           t.op = RecvOp::kReduce;
         else if (op == "copy")
           t.op = RecvOp::kCopy;
+        else if (op == "reduce_first")
+          t.op = RecvOp::kReduceFirst;
         else
           throw ScheduleError("schedule JSON: unknown receive op '" + op + "'");
         st.transfers.push_back(t);

@@ -73,6 +73,7 @@ const std::map<std::string, Entry>& registry() {
       {"rhd_allgather",
        {kStraggler, [](int n, const json& p) { return tagged(rhd_allgather(n), p); }}},
       {"direct", all_reduce_entry(Algorithm::Direct, kStraggler)},
+      {"rd", all_reduce_entry(Algorithm::Rd, kStraggler)},
       {"direct_reduce_scatter",
        {kStraggler, [](int n, const json& p) { return tagged(direct_reduce_scatter(n), p); }}},
       {"direct_allgather",
@@ -126,6 +127,8 @@ Schedule build(Algorithm algo, int n, const BuildParams& p) {
       return tag_straggler(rhd_allreduce(n), p);
     case Algorithm::Direct:
       return tag_straggler(direct_allreduce(n), p);
+    case Algorithm::Rd:
+      return tag_straggler(rd_allreduce(n), p);
     case Algorithm::Stragglar:
       return stragglar(n, single_straggler(algo, p));
     case Algorithm::Bcast:

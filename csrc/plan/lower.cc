@@ -133,7 +133,8 @@ RankPlan lower_schedule(const core::Schedule& s, int rank, size_t numel, size_t 
           PlanOp op;
           op.peer = o->recv_peer;
           run_range(g, o->recv_chunk, o->recv_count, &op.offset, &op.count);
-          op.reduce = o->recv_op == core::RecvOp::kReduce;
+          op.reduce = core::is_reduce(o->recv_op);
+          op.received_first = o->recv_op == core::RecvOp::kReduceFirst;
           int send_index = -1;
           switch (classify(*o, ops, ordered_recvs, &send_index)) {
             case Overlap::kNone:

@@ -17,6 +17,9 @@ namespace {
 // its n-1 concurrent messages a single alpha, which overstates it wherever the messages of one
 // round are serialised (shared memory on a few cores: measured slower than RHD at 4 KiB).
 constexpr Algorithm kAutoCandidates[] = {Algorithm::Ring, Algorithm::Rhd};
+// Recursive doubling is a candidate of Auto without a straggler up to this size (host calls
+// only: PlannerConfig::rd_max_bytes). It sends the whole buffer every round, and its swapped
+// reduces go through a bounce buffer, so beyond small sizes RHD/Ring move less memory.
 
 constexpr size_t kAutoChoiceCacheLimit = 4096;
 constexpr size_t kPlanCacheLimit = 64;
@@ -234,16 +237,20 @@ double Planner::predict(Algorithm algorithm, size_t bytes) const {
   return predict(c, bytes);
 }
 
-PlanChoice Planner::auto_base(size_t bytes) const {
+PlanChoice Planner::auto_base(size_t bytes, bool allow_rd) const {
+  allow_rd = allow_rd && bytes <= config_.rd_max_bytes;
+  const std::pair<size_t, bool> key{bytes, allow_rd};
   {
     std::lock_guard<std::mutex> lock(mu_);
-    auto it = auto_choice_.find(bytes);
+    auto it = auto_choice_.find(key);
     if (it != auto_choice_.end()) return it->second;
   }
   PlanChoice best;
   best.predicted_s = predict(Algorithm::Ring, bytes);
   double best_time = best.predicted_s * (1.0 - config_.switch_margin);
-  for (Algorithm algo : kAutoCandidates) {
+  std::vector<Algorithm> candidates(std::begin(kAutoCandidates), std::end(kAutoCandidates));
+  if (allow_rd) candidates.push_back(Algorithm::Rd);
+  for (Algorithm algo : candidates) {
     if (algo == Algorithm::Ring) continue;
     const double t = predict(algo, bytes);
     if (t < best_time) {
@@ -254,7 +261,7 @@ PlanChoice Planner::auto_base(size_t bytes) const {
   }
   std::lock_guard<std::mutex> lock(mu_);
   if (auto_choice_.size() >= kAutoChoiceCacheLimit) auto_choice_.clear();
-  auto_choice_[bytes] = best;
+  auto_choice_[key] = best;
   return best;
 }
 
@@ -334,7 +341,7 @@ PlanChoice Planner::fixed_choice(int call_straggler, const NetworkModel& net) co
   return c;
 }
 
-PlanChoice Planner::choose(size_t bytes, int call_straggler, double delay_s) const {
+PlanChoice Planner::choose(size_t bytes, int call_straggler, double delay_s, bool host) const {
   PlanChoice c;
   if (n_ <= 1) return c;
   if (config_.algo == Algorithm::Auto) {
@@ -344,7 +351,7 @@ PlanChoice Planner::choose(size_t bytes, int call_straggler, double delay_s) con
       c.algorithm = Algorithm::Stragglar;
       c.straggler = call_straggler;
     } else {
-      c = auto_base(bytes);
+      c = auto_base(bytes, host);
     }
     return c;
   }
@@ -358,6 +365,7 @@ PlanChoice Planner::choose(size_t bytes, int call_straggler, double delay_s) con
     return c;
   }
   c = fixed_choice(config_.straggler.rank, network());
+  if (c.algorithm == Algorithm::Rd && !host) c.algorithm = Algorithm::Rhd;  // see choose()
   if (c.algorithm == Algorithm::Optcc && c.segments == 0) c = best_optcc_segments(bytes, c);
   return c;
 }
@@ -432,25 +440,38 @@ std::shared_ptr<const RankPlan> Planner::plan(int rank, const PlanChoice& choice
   return lowered;
 }
 
-std::shared_ptr<const RankPlan> ring_allreduce_plan(int rank, int n, size_t numel) {
+namespace {
+
+std::shared_ptr<const RankPlan> fixed_plan(Algorithm algo, int rank, int n, size_t numel) {
   if (n <= 1) return std::make_shared<const RankPlan>();
-  // One Planner per group size (Ring needs no cost model): its caches hold the schedule and the
-  // lowered plans of the internal collectives' few sizes.
+  // One Planner per (algorithm, group size) (no cost model needed): its caches hold the schedule
+  // and the lowered plans of the internal collectives' few sizes.
   static std::mutex mu;
-  static std::map<int, std::unique_ptr<Planner>> planners;
+  static std::map<std::pair<Algorithm, int>, std::unique_ptr<Planner>> planners;
   Planner* p = nullptr;
   {
     std::lock_guard<std::mutex> lock(mu);
-    auto& slot = planners[n];
+    auto& slot = planners[{algo, n}];
     if (!slot) {
       PlannerConfig c;
-      c.algo = Algorithm::Ring;
+      c.algo = algo;
       slot = std::make_unique<Planner>(n, c);
     }
     p = slot.get();
   }
-  PlanChoice ring;
-  return p->plan(rank, ring, numel, 1);
+  PlanChoice choice;
+  choice.algorithm = algo;
+  return p->plan(rank, choice, numel, 1);
+}
+
+}  // namespace
+
+std::shared_ptr<const RankPlan> ring_allreduce_plan(int rank, int n, size_t numel) {
+  return fixed_plan(Algorithm::Ring, rank, n, numel);
+}
+
+std::shared_ptr<const RankPlan> small_allreduce_plan(int rank, int n, size_t numel) {
+  return fixed_plan(Algorithm::Rd, rank, n, numel);
 }
 
 }  // namespace stragg

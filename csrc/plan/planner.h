@@ -1,11 +1,12 @@
 // Chooses the all_reduce schedule per call and lowers it for one rank (no torch here).
 //
 // Policy (Settings::algo / Settings::straggler, see README "Choosing the algorithm"):
-//  * An explicit algorithm (ring, rhd, direct, bcast, stragglar, optcc) always runs; the
+//  * An explicit algorithm (ring, rhd, direct, bcast, stragglar, optcc, rd) always runs; the
 //    straggler-aware ones use the configured straggler (or the last rank when none is set).
 //  * Auto with a straggler for the call (configured, agreed per call in dynamic mode, or the
 //    persistent straggler the profiler picked) runs StragglAR for it, when n >= 3.
-//  * Auto without a straggler runs the fastest of Ring / RHD under the alpha-beta cost model
+//  * Auto without a straggler runs the fastest of Ring / RHD (and, for small host calls, the
+//    recursive doubling of core/rd.cc, PlannerConfig::rd_max_bytes) under the alpha-beta cost model
 //    (core::simulate on the actual schedule, so non-power-of-2 overheads count); an alternative
 //    to Ring must be predicted `switch_margin` faster, so model noise does not flip large
 //    messages away from Ring. Decisions depend only on (n, bytes, link model), which are the same
@@ -40,6 +41,8 @@ struct PlannerConfig {
   size_t max_staging_bytes = 1 << 20;
   LinkModel link;  // cost model of Auto (replaced by measured values through set_link_model)
   double switch_margin = 0.05;
+  // Auto considers recursive doubling for calls up to this size (0: never).
+  size_t rd_max_bytes = 256 * 1024;
 
   // The planner's part of the user's settings.
   static PlannerConfig from(const Settings& s);
@@ -89,7 +92,9 @@ class Planner {
   // else the faster of Ring/RHD; with degraded links it simulates every candidate (Ring, RHD,
   // OptCC at several segment counts, StragglAR for a call straggler) on the network model, with
   // the straggler's delay, and runs the fastest (Ring unless another is switch_margin faster).
-  PlanChoice choose(size_t bytes, int call_straggler, double delay_s = 0) const;
+  // `host`: the call runs on the CPU executor; false (the GPU executor, which reduces in one
+  // operand order only) never gets recursive doubling (Rd: Auto skips it, explicit rd runs RHD).
+  PlanChoice choose(size_t bytes, int call_straggler, double delay_s = 0, bool host = true) const;
   // The steps `rank` runs for `numel` elements of `elem_size` bytes under `choice` (cached).
   // `ordered_recvs`: the transport honours RecvOp::limit (fewer staged receives).
   std::shared_ptr<const RankPlan> plan(int rank, const PlanChoice& choice, size_t numel,
@@ -112,7 +117,7 @@ class Planner {
 
  private:
   std::shared_ptr<const core::Schedule> schedule_for(const PlanChoice& choice) const;
-  PlanChoice auto_base(size_t bytes) const;
+  PlanChoice auto_base(size_t bytes, bool allow_rd) const;
   PlanChoice auto_degraded(size_t bytes, int call_straggler, double delay_s,
                            const NetworkModel& net) const;
   PlanChoice fixed_choice(int call_straggler, const NetworkModel& net) const;
@@ -131,7 +136,8 @@ class Planner {
   mutable std::mutex mu_;
   NetworkModel measured_;  // from set_network / set_link_model
   mutable std::map<ScheduleKey, std::shared_ptr<const core::Schedule>> schedules_;
-  mutable std::map<size_t, PlanChoice> auto_choice_;  // bytes -> Ring or RHD, predicted
+  // (bytes, Rd allowed) -> Ring, RHD or Rd, predicted
+  mutable std::map<std::pair<size_t, bool>, PlanChoice> auto_choice_;
   mutable std::map<AutoKey, PlanChoice> degraded_choice_;  // with degraded links
   // Lowered plans, most recently used first (bounded: a DDP job uses a handful of sizes).
   mutable std::list<std::pair<PlanKey, std::shared_ptr<const RankPlan>>> plans_;
@@ -140,5 +146,9 @@ class Planner {
 // The Ring all_reduce of core::ring_allreduce lowered for `rank` (what internal collectives, the
 // profiler exchange and the link-probe exchange, run; every rank holds bitwise identical results).
 std::shared_ptr<const RankPlan> ring_allreduce_plan(int rank, int n, size_t numel);
+// The recursive doubling all_reduce of core::rd_allreduce lowered for `rank`: what the small
+// internal collectives run (the profiler's exchanges, the GPU path's header check): log2(n)
+// rounds instead of Ring's 2(n-1); identical results on every rank too.
+std::shared_ptr<const RankPlan> small_allreduce_plan(int rank, int n, size_t numel);
 
 }  // namespace stragg

@@ -160,7 +160,8 @@ const std::vector<Row>& rows() {
        },
        [](const Settings& s) { return std::string(transport_choice_name(s.transport)); }},
       {{"algo", "STRAGG_ALGO", "choice", "auto", "one of " + algorithm_list(),
-        "all_reduce schedule: ring (pipelined Ring), rhd, direct, bcast, stragglar, optcc, or "
+        "all_reduce schedule: ring (pipelined Ring), rhd, direct, bcast, stragglar, optcc, rd "
+        "(recursive doubling), or "
         "auto (chosen per call by the planner, see \"Choosing the algorithm\")",
         true},
        [](Settings& s, const SettingValue& v, const std::string& a) {
@@ -232,18 +233,34 @@ const std::vector<Row>& rows() {
          s.shm_slots = static_cast<size_t>(int_in(v, 1, 1024, a));
        },
        [](const Settings& s) { return std::to_string(s.shm_slots); }},
-      {{"spin_us", "STRAGG_SPIN_US", "int", "5", "an integer from 0 to 1000000",
-        "how long a waiting rank busy-polls before yielding (microseconds)", false},
+      {{"spin_us", "STRAGG_SPIN_US", "microseconds or auto", "auto",
+        "auto or an integer from 0 to 1000000",
+        "how long a waiting rank busy-polls before yielding (microseconds); auto: 5, or 0 when "
+        "a host has more ranks than CPUs (a spinning rank would only delay the peer it waits "
+        "for, which needs its CPU)",
+        false},
        [](Settings& s, const SettingValue& v, const std::string& a) {
-         s.spin_us = static_cast<int>(int_in(v, 0, 1000000, a));
+         s.spin_us =
+             trim_lower(v.raw) == "auto" ? -1 : static_cast<int>(int_in(v, 0, 1000000, a));
        },
-       [](const Settings& s) { return std::to_string(s.spin_us); }},
+       [](const Settings& s) {
+         return s.spin_us < 0 ? std::string("auto") : std::to_string(s.spin_us);
+       }},
       {{"yield_us", "STRAGG_YIELD_US", "int", "50", "an integer from 0 to 1000000",
         "how long a waiting rank yields before sleeping on a futex (microseconds)", false},
        [](Settings& s, const SettingValue& v, const std::string& a) {
          s.yield_us = static_cast<int>(int_in(v, 0, 1000000, a));
        },
        [](const Settings& s) { return std::to_string(s.yield_us); }},
+      {{"inline_bytes", "STRAGG_INLINE_BYTES", "size", "256KiB", "a size (0: never)",
+        "an all_reduce up to this size runs on the calling thread when no call is queued or "
+        "running (saves two thread hand-offs; it is then complete when all_reduce returns, "
+        "async_op or not); larger ones run on the worker thread, overlapping the caller's work",
+        false},
+       [](Settings& s, const SettingValue& v, const std::string& a) {
+         s.inline_bytes = size_of(v, 0, a);
+       },
+       [](const Settings& s) { return format_size(s.inline_bytes); }},
       {{"tcp_host", "STRAGG_TCP_HOST", "address", "", "an address or host name (empty: automatic)",
         "address this rank advertises for the TCP transport (default: the local address that "
         "routes to the TCPStore host / MASTER_ADDR)",

@@ -276,6 +276,20 @@ void StragglerProfiler::reset_decision(const std::string& reason) {
   if (straggler_ >= 0) record_decision(-1, reason);
 }
 
+double StragglerProfiler::candidate_median_delay_s() const {
+  return median_delay(evaluate_counts().candidate);
+}
+
+std::vector<double> StragglerProfiler::recent_delays(size_t count) const {
+  const size_t w = std::min(count, recent_.size());
+  std::vector<double> out;
+  out.reserve(w);
+  for (auto it = recent_.end() - static_cast<std::ptrdiff_t>(w); it != recent_.end(); ++it) {
+    out.push_back(it->delay_s);
+  }
+  return out;
+}
+
 ProfilerSummary StragglerProfiler::summary() const {
   ProfilerSummary s;
   s.n = n_;

@@ -119,6 +119,10 @@ class StragglerProfiler {
   int straggler() const { return straggler_; }
   uint64_t exchanges() const { return exchanges_; }  // add_batch calls so far
   ProfilerSummary summary() const;
+  // What the session needs after every exchange, without summary()'s cost-model evaluations:
+  // summary().median_delay_s, and the last (up to) `count` of summary().recent_delays_s.
+  double candidate_median_delay_s() const;
+  std::vector<double> recent_delays(size_t count) const;
   const ProfilerSettings& settings() const { return settings_; }
   // Back to no straggler (records a decision with this reason if it changes) and clears the
   // hysteresis state.

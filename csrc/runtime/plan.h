@@ -35,6 +35,9 @@ struct PlanOp {
   // transport that supports RecvOp::limit, the receive only lands bytes that send has already
   // read (no staging copy); otherwise the executor stages it.
   int follows_send = -1;
+  // Receives with reduce only: the received data is the left operand (x = received (+) x;
+  // core::RecvOp::kReduceFirst), else the right one (x = x (+) received).
+  bool received_first = false;
 };
 
 struct PlanStep {

@@ -263,6 +263,21 @@ void reduce_into(DType t, ReduceOp op, void* dst, const void* src, size_t count)
   reduce_checked(kernels_for(best_isa()), t, op, dst, src, count);
 }
 
+void reduce_into_swapped(DType t, ReduceOp op, void* dst, const void* src, size_t count) {
+  if (count == 0) return;
+  const size_t es = dtype_size(t);
+  unsigned char* d = static_cast<unsigned char*>(dst);
+  const unsigned char* s = static_cast<const unsigned char*>(src);
+  alignas(64) unsigned char a[kBounceBytes];
+  const size_t per = kBounceBytes / es;
+  for (size_t off = 0; off < count; off += per) {
+    const size_t m = count - off < per ? count - off : per;
+    std::memcpy(a, s + off * es, m * es);
+    reduce_into(t, op, a, d + off * es, m);  // a = op(src, dst)
+    std::memcpy(d + off * es, a, m * es);
+  }
+}
+
 void scale_inplace(DType t, void* buf, size_t count, double factor) {
   scale_checked(kernels_for(best_isa()), t, buf, count, factor);
 }

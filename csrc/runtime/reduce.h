@@ -20,6 +20,10 @@ bool reduce_supported(DType t, ReduceOp op);
 // Throws stragg::Error if the combination is not supported.
 void reduce_into(DType t, ReduceOp op, void* dst, const void* src, size_t count);
 
+// dst[i] = op(src[i], dst[i]): reduce_into with the operands swapped (the same kernels, through
+// an aligned bounce buffer), for schedules whose ranks must evaluate op in one operand order.
+void reduce_into_swapped(DType t, ReduceOp op, void* dst, const void* src, size_t count);
+
 // buf[i] = buf[i] * factor for floating types (PREMUL_SUM). Throws for non-floating types.
 void scale_inplace(DType t, void* buf, size_t count, double factor);
 

@@ -52,8 +52,13 @@ std::string root_cause(const StallFacts& f, int q, const std::string& what) {
     case Liveness::Alive:
       break;
   }
-  if (s.progress.seq < seq)
+  if (s.progress.seq < seq) {
+    // Still inside an earlier collective and waiting there (ranks of a pair-exchange schedule
+    // such as recursive doubling can be one collective apart): it is held up, not the cause;
+    // the search follows its waits.
+    if (s.progress.step >= 0 && !s.progress.awaiting.empty()) return "";
     return r + " has not called " + what + " (" + last_call(s.progress) + ")";
+  }
   if (s.progress.seq > seq || s.progress.step == Progress::kFinished) {
     return r + " finished " + what + " but its data for the waiting ranks did not arrive";
   }

@@ -23,6 +23,10 @@ constexpr double kDegradedThreshold = 1.08;
 // probe; drift re-probes at most once per this many exchanges.
 constexpr double kDriftFactor = 1.5;
 constexpr uint64_t kDriftProbeInterval = 4;
+// A due probe (periodic or for drift) waits until the calls since the last probe took this many
+// times the last probe's duration, so probes cost at most ~2% of the calls' time: a probe takes
+// milliseconds, which 1024 calls of a few KiB do not (they would pay ~20% for it).
+constexpr double kProbeCostRatio = 50.0;
 
 double median_of(std::vector<double> v) {
   std::sort(v.begin(), v.end());
@@ -93,8 +97,13 @@ void GroupProfiler::exchange(Executor& ex, const InternalSpec& spec,
   // All-gather through a sum: every rank fills its own row, zeros elsewhere (x + 0 is exact).
   std::vector<double> all(static_cast<size_t>(n_) * k, 0.0);
   std::copy(batch_durations_.begin(), batch_durations_.end(), all.begin() + rank_ * k);
-  ex.run(*ring_allreduce_plan(rank_, n_, all.size()),
+  ex.run(*small_allreduce_plan(rank_, n_, all.size()),
          spec("profiler exchange", DType::Float64, all.size()), all.data(), timeout);
+  for (int i = 0; i < k; ++i) {  // the slowest rank's time of each call: the same on every rank
+    double t = 0;
+    for (int r = 0; r < n_; ++r) t = std::max(t, all[static_cast<size_t>(r) * k + i]);
+    calls_since_probe_s_ += t;
+  }
   const std::vector<int64_t> bytes = std::move(batch_bytes_);
   batch_durations_.clear();
   batch_bytes_.clear();
@@ -105,18 +114,23 @@ void GroupProfiler::exchange(Executor& ex, const InternalSpec& spec,
   // Link probes: after the first exchange, then periodically. They run at the start of the next
   // call (before_call), not now: now the users' threads are computing (the exchange runs behind
   // their backs) and would slow the probe's messages; inside a call every rank is waiting.
-  if (probe_every_ > 0 && profiler_->exchanges() % probe_every_ == 0) probe_pending_ = true;
+  if (probe_every_ > 0 && profiler_->exchanges() % probe_every_ == 0) probe_due_ = true;
   if (drift && profiler_->exchanges() >= last_drift_probe_ + kDriftProbeInterval) {
     last_drift_probe_ = profiler_->exchanges();
+    probe_due_ = true;
+  }
+  // Both sides of the comparison were exchanged: every rank decides alike.
+  if (probe_due_ && calls_since_probe_s_ >= kProbeCostRatio * probe_cost_s_) {
+    probe_due_ = false;
     probe_pending_ = true;
   }
   const bool changed = profiler_->add_batch(all, k, bytes, link_, batch_first_call_);
-  const ProfilerSummary sum = profiler_->summary();
-  const size_t w = std::min<size_t>(settings_.window, sum.recent_delays_s.size());
-  recent_delays_.assign(sum.recent_delays_s.end() - w, sum.recent_delays_s.end());
+  // Not summary(): it evaluates the cost model for its report, which small calls would pay for.
+  recent_delays_ = profiler_->recent_delays(static_cast<size_t>(settings_.window));
   straggler_.store(profiler_->straggler());
-  straggler_delay_s_.store(sum.median_delay_s);
+  straggler_delay_s_.store(profiler_->candidate_median_delay_s());
   if (changed) {
+    const ProfilerSummary sum = profiler_->summary();
     log_info("stragg: rank " + std::to_string(rank_) + " of group '" + group_ + "': profiler: " +
              (sum.decisions.empty() ? std::string("straggler changed")
                                     : sum.decisions.back().reason));
@@ -183,21 +197,28 @@ std::vector<LinkModel> GroupProfiler::measure_own_row(Executor& ex, const Intern
 void GroupProfiler::probe_links(Executor& ex, const InternalSpec& spec,
                                 std::chrono::milliseconds timeout) {
   install(probe_matrix(ex, spec, timeout, kProbeBytes, kProbeRepetitions));
+  calls_since_probe_s_ = 0;
 }
 
 std::vector<LinkModel> GroupProfiler::probe_matrix(Executor& ex, const InternalSpec& spec,
                                                    std::chrono::milliseconds timeout,
                                                    size_t bytes_each, int repetitions) {
+  const auto start = std::chrono::steady_clock::now();
   const std::vector<LinkModel> mine = measure_own_row(ex, spec, timeout, bytes_each, repetitions);
-  // All-gather the rows (own row filled, zeros elsewhere): row i holds the links i -> j.
+  // All-gather the rows (own row filled, zeros elsewhere): row i holds the links i -> j. The
+  // unused diagonal slot (i -> i) carries how long rank i's measurement took.
   const size_t n = static_cast<size_t>(n_);
   std::vector<double> all(n * n * 2, 0.0);
   for (size_t j = 0; j < n; ++j) {
     all[(rank_ * n + j) * 2] = mine[j].alpha_s;
     all[(rank_ * n + j) * 2 + 1] = mine[j].beta_s_per_byte;
   }
-  ex.run(*ring_allreduce_plan(rank_, n_, all.size()),
+  all[(rank_ * n + rank_) * 2] =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  ex.run(*small_allreduce_plan(rank_, n_, all.size()),
          spec("link probe exchange", DType::Float64, all.size()), all.data(), timeout);
+  probe_cost_s_ = 0;
+  for (size_t i = 0; i < n; ++i) probe_cost_s_ = std::max(probe_cost_s_, all[(i * n + i) * 2]);
   std::vector<LinkModel> matrix(n * n);
   for (size_t i = 0; i < n * n; ++i) {
     matrix[i].alpha_s = i / n == i % n ? -1 : all[i * 2];

@@ -88,7 +88,10 @@ class GroupProfiler {
 
   // Worker-thread state.
   uint64_t calls_ = 0;  // completed executor all_reduces (the profiler's call index)
-  bool probe_pending_ = false;
+  bool probe_pending_ = false;  // a probe runs at the start of the next call
+  bool probe_due_ = false;      // a probe is wanted once it is affordable (kProbeCostRatio)
+  double calls_since_probe_s_ = 0;  // the calls' time since the last probe (slowest rank's)
+  double probe_cost_s_ = 0;         // the last probe's duration (slowest rank's)
   std::vector<double> batch_durations_;
   std::vector<int64_t> batch_bytes_;
   std::vector<double> batch_predicted_;

@@ -1,6 +1,9 @@
 #include "session/group_setup.h"
 
+#include <sched.h>
+
 #include <sstream>
+#include <thread>
 #include <vector>
 
 #include "runtime/error.h"
@@ -104,11 +107,24 @@ TransportChoice decide(const Settings& s, const HostLayout& hosts, bool all_addr
   return chosen;
 }
 
-ShmOptions shm_options(const Settings& settings, std::chrono::milliseconds timeout) {
+// STRAGG_SPIN_US=auto: busy-poll 5 us before yielding, unless this host runs more ranks than
+// this process may use CPUs: then a spinning rank holds the CPU its peer needs, so it yields at
+// once (OpenMPI's yield_when_idle when oversubscribed does the same).
+int spin_us_for(const Settings& settings, int ranks_on_host) {
+  if (settings.spin_us >= 0) return settings.spin_us;
+  cpu_set_t set;
+  int cpus = 0;
+  if (sched_getaffinity(0, sizeof(set), &set) == 0) cpus = CPU_COUNT(&set);
+  if (cpus <= 0) cpus = static_cast<int>(std::thread::hardware_concurrency());
+  return cpus > 0 && ranks_on_host > cpus ? 0 : 5;
+}
+
+ShmOptions shm_options(const Settings& settings, std::chrono::milliseconds timeout,
+                       int ranks_on_host) {
   ShmOptions o;
   o.slot_bytes = settings.shm_slot_bytes;
   o.num_slots = settings.shm_slots;
-  o.spin_us = settings.spin_us;
+  o.spin_us = spin_us_for(settings, ranks_on_host);
   o.yield_us = settings.yield_us;
   o.setup_timeout = timeout;
   return o;
@@ -149,14 +165,18 @@ GroupSetup set_up_group(Rendezvous& rdv, int rank, int size, const Settings& set
   out.same_host = hosts.all_on_one_host();
   for (int r = 0; r < size; ++r) out.host_of.push_back(hosts.host_of(r));
   out.transport = decide(settings, hosts, all_addresses, rank);
+  int ranks_on_host = 0;
+  for (int r = 0; r < size; ++r) ranks_on_host += out.host_of[r] == out.host_of[rank] ? 1 : 0;
   if (out.transport == TransportChoice::Shm) {
     out.impl =
-        std::make_unique<ShmTransport>(rdv, "shm", rank, size, shm_options(settings, timeout));
+        std::make_unique<ShmTransport>(rdv, "shm", rank, size,
+                                              shm_options(settings, timeout, ranks_on_host));
   } else if (out.transport == TransportChoice::Tcp) {
     out.impl = std::make_unique<TcpTransport>(rdv, "tcp", rank, size,
                                               tcp_options(settings, address, timeout));
   } else if (out.transport == TransportChoice::Mixed) {
-    const MixedOptions o{shm_options(settings, timeout), tcp_options(settings, address, timeout)};
+    const MixedOptions o{shm_options(settings, timeout, ranks_on_host),
+                         tcp_options(settings, address, timeout)};
     out.impl = std::make_unique<MixedTransport>(rdv, "mixed", rank, identities, o);
   }
   return out;

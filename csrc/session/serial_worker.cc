@@ -10,8 +10,8 @@ SerialWorker::SerialWorker() {
 
 SerialWorker::~SerialWorker() {
   stop(false, "the worker was destroyed");
-  // Destroyed by a job's closures on the worker thread: it cannot join itself; it finishes the
-  // loop on the shared state (stopping, nothing queued) and exits.
+  // Destroyed on the worker thread (by a job's closures) or by a job running inline: the thread
+  // cannot be joined here; it finishes its loop on the shared state (stopping) and exits.
   if (thread_.joinable()) thread_.detach();
 }
 
@@ -25,6 +25,37 @@ bool SerialWorker::submit(Job job) {
   return true;
 }
 
+void SerialWorker::run_job(Job& job) {
+  std::exception_ptr error;
+  try {
+    if (job.run) job.run();
+  } catch (...) {
+    error = std::current_exception();
+  }
+  if (job.finish) job.finish(error);
+}
+
+bool SerialWorker::claim_inline() {
+  std::lock_guard<std::mutex> lock(state_->mu);
+  if (state_->stopping || state_->running || !state_->queue.empty()) return false;
+  state_->running = true;
+  state_->inline_thread = std::this_thread::get_id();
+  return true;
+}
+
+void SerialWorker::run_claimed(Job& job) {
+  const std::shared_ptr<State> state = state_;  // outlives this worker if the job destroys it
+  run_job(job);
+  bool wake = false;
+  {
+    std::lock_guard<std::mutex> lock(state->mu);
+    state->running = false;
+    state->inline_thread = std::thread::id();
+    wake = !state->queue.empty() || state->stopping;
+  }
+  if (wake) state->cv.notify_all();  // jobs submitted meanwhile: the worker takes them now
+}
+
 void SerialWorker::loop(const std::shared_ptr<State>& state) {
   State& s = *state;
   while (true) {
@@ -32,19 +63,16 @@ void SerialWorker::loop(const std::shared_ptr<State>& state) {
       Job job;
       {
         std::unique_lock<std::mutex> lock(s.mu);
-        s.cv.wait(lock, [&] { return !s.queue.empty() || s.stopping; });
+        // A job running inline keeps the queued ones waiting (issue order); stopping with
+        // nothing queued ends the thread even then (the inline job may be the one stopping it).
+        s.cv.wait(lock,
+                  [&] { return (s.stopping && s.queue.empty()) || (!s.queue.empty() && !s.running); });
         if (s.queue.empty()) return;  // stopping and nothing left
         job = std::move(s.queue.front());
         s.queue.pop_front();
         s.running = true;
       }
-      std::exception_ptr error;
-      try {
-        if (job.run) job.run();
-      } catch (...) {
-        error = std::current_exception();
-      }
-      if (job.finish) job.finish(error);
+      run_job(job);
     }  // the job's closures are released here (possibly destroying the SerialWorker)
     {
       std::lock_guard<std::mutex> lock(s.mu);
@@ -52,6 +80,13 @@ void SerialWorker::loop(const std::shared_ptr<State>& state) {
     }
     s.cv.notify_all();
   }
+}
+
+bool SerialWorker::on_worker_thread() const {
+  const auto me = std::this_thread::get_id();
+  if (me == thread_id_) return true;
+  std::lock_guard<std::mutex> lock(state_->mu);
+  return state_->running && me == state_->inline_thread;
 }
 
 void SerialWorker::stop(bool drain, const std::string& why) {

@@ -104,7 +104,7 @@ uint64_t Session::submit(AllreduceCall call) {
     throw Error("stragg: rank " + std::to_string(opt_.rank) + ": " + call.name +
                 " on a process group that was " + *why);
   }
-  std::lock_guard<std::mutex> lock(submit_mu_);
+  std::unique_lock<std::mutex> lock(submit_mu_);
   const auto enqueued = Clock::now();
   auto shared = std::make_shared<AllreduceCall>(std::move(call));
   auto record = std::make_shared<CallRecord>();
@@ -119,6 +119,18 @@ uint64_t Session::submit(AllreduceCall call) {
   job.finish = [this, shared, record](std::exception_ptr error) {
     finish_call(*shared, *record, error);
   };
+  if (static_cast<size_t>(record->bytes) <= opt_.settings.inline_bytes &&
+      worker_->claim_inline()) {
+    // A small call and nothing queued or running: it runs here, now, and is complete when
+    // submit returns (no hand-off to the worker and back, which costs as much as the call).
+    // Large calls keep running behind the caller's back (DDP overlaps them with backward). The
+    // claim keeps later submissions behind this one; the lock is released first, since the
+    // call may abort the session (which takes it).
+    const uint64_t seq = next_seq_++;
+    lock.unlock();
+    worker_->run_claimed(job);
+    return seq;
+  }
   return enqueue(std::move(job), shared->name, [shared](std::exception_ptr e) { shared->done(e); });
 }
 
@@ -149,7 +161,7 @@ void Session::check_external_header(const ExternalCall& call, uint64_t seq) {
   rows[me * 3 + 1] = static_cast<int64_t>(call.dtype);
   rows[me * 3 + 2] = static_cast<int64_t>(call.op);
   current_call_ = static_cast<int64_t>(seq);
-  executor_->run(*ring_allreduce_plan(opt_.rank, opt_.size, rows.size()),
+  executor_->run(*small_allreduce_plan(opt_.rank, opt_.size, rows.size()),
                  next_spec("header exchange", DType::Int64, rows.size(), /*internal=*/true),
                  rows.data(), call.timeout);
   for (size_t q = 0; q < n; ++q) {
@@ -187,7 +199,8 @@ void Session::run_external(ExternalCall& call, uint64_t seq) {
                           : planner_->dynamic() ? -1
                                                 : planner_->straggler().rank;
     const double delay = planner_->profiled() ? profiler_->straggler_delay_s() : 0.0;
-    choice = planner_->choose(call.numel * dtype_size(call.dtype), straggler, delay);
+    choice = planner_->choose(call.numel * dtype_size(call.dtype), straggler, delay,
+                              /*host=*/false);
     chosen = &choice;
   }
   call.run(chosen, seq);
@@ -255,7 +268,11 @@ void Session::run_on_executor(AllreduceCall& call, CallRecord& record) {
                                               : 0.0;
   const PlanChoice choice = planner_->choose(call.numel * elem, straggler, delay);
   record.algorithm = stragg::algorithm_name(choice.algorithm);
-  record.plan = choice.describe();
+  if (!(choice == last_choice_) || last_plan_.empty()) {  // describe() formats: once per choice
+    last_choice_ = choice;
+    last_plan_ = choice.describe();
+  }
+  record.plan = last_plan_;
   record.straggler = choice.straggler;
   record.predicted_s = choice.predicted_s;
   const auto plan = planner_->plan(opt_.rank, choice, call.numel, elem,

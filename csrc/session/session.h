@@ -182,6 +182,8 @@ class Session {
   uint64_t wire_seq_ = 0;    // collectives on the wire (user calls and internal ones)
   uint64_t agreements_ = 0;  // dynamic straggler agreements so far (the arrival board's key)
   int64_t current_call_ = -1;  // the user call running (or last run): errors name it
+  PlanChoice last_choice_;     // the last call's choice and its description (records)
+  std::string last_plan_;
 
   std::atomic<int64_t> allreduce_calls_{0};
   std::atomic<int64_t> allreduce_bytes_{0};

@@ -28,9 +28,13 @@ LinkModel link(double alpha_s, double beta) {
   return l;
 }
 
-TEST(Planner, AutoPicksRhdForSmallAndRingForLargeMessages) {
+TEST(Planner, AutoPicksRdForTinyRhdForSmallAndRingForLargeMessages) {
   Planner p(8, auto_config());
-  EXPECT_EQ(p.choose(4096, kNoStraggler).algorithm, Algorithm::Rhd);
+  EXPECT_EQ(p.choose(4096, kNoStraggler).algorithm, Algorithm::Rd);
+  // Recursive doubling is for host calls up to rd_max_bytes; otherwise RHD.
+  EXPECT_EQ(p.choose(4096, kNoStraggler, 0, /*host=*/false).algorithm, Algorithm::Rhd);
+  EXPECT_LT(p.predict(Algorithm::Rd, 4096), p.predict(Algorithm::Rhd, 4096));
+  EXPECT_EQ(p.choose(p.config().rd_max_bytes + 4, kNoStraggler).algorithm, Algorithm::Rhd);
   EXPECT_EQ(p.choose(256u << 20, kNoStraggler).algorithm, Algorithm::Ring);
   // The model's own numbers agree with the choice.
   EXPECT_LT(p.predict(Algorithm::Rhd, 4096), p.predict(Algorithm::Ring, 4096));
@@ -42,8 +46,12 @@ TEST(Planner, AutoNonPowerOfTwoCountsRhdExtraSteps) {
   // to RHD's fewer rounds, with alpha 0 the extra bandwidth of the folding steps makes Ring win.
   PlannerConfig c = auto_config();
   c.link.alpha_s = 1e-3;
+  c.rd_max_bytes = 0;  // RHD vs Ring only
   Planner latency_bound(6, c);
   EXPECT_EQ(latency_bound.choose(1024, kNoStraggler).algorithm, Algorithm::Rhd);
+  c.rd_max_bytes = 1 << 20;
+  Planner with_rd(6, c);  // 4 rounds (fold, 2 exchanges, unfold) against RHD's 6
+  EXPECT_EQ(with_rd.choose(1024, kNoStraggler).algorithm, Algorithm::Rd);
   c.link.alpha_s = 0;
   Planner bandwidth_bound(6, c);
   EXPECT_EQ(bandwidth_bound.choose(64u << 20, kNoStraggler).algorithm, Algorithm::Ring);

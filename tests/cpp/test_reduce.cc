@@ -442,6 +442,30 @@ TEST(Reduce, CountZeroIsNoOp) {
   }
 }
 
+// reduce_into_swapped(dst, src) == op(src, dst), bit for bit what reduce_into computes with the
+// operands exchanged, for every dtype and op, over more than one bounce buffer.
+TEST(Reduce, SwappedEqualsReduceIntoWithOperandsExchanged) {
+  std::mt19937 gen(7);
+  const size_t count = 5003;
+  for (DType t : kAllDTypes) {
+    const size_t es = stragg::dtype_size(t);
+    std::vector<unsigned char> a(count * es), b(count * es);
+    for (auto& x : a) x = static_cast<unsigned char>(gen());
+    for (auto& x : b) x = static_cast<unsigned char>(gen());
+    if (t == DType::Bool) {
+      for (auto& x : a) x &= 1;
+      for (auto& x : b) x &= 1;
+    }
+    for (ReduceOp op : kAllOps) {
+      if (!stragg::reduce_supported(t, op)) continue;
+      std::vector<unsigned char> want = b, got = a;
+      stragg::reduce_into(t, op, want.data(), a.data(), count);  // op(b, a)
+      stragg::reduce_into_swapped(t, op, got.data(), b.data(), count);  // op(b, a) into a's copy
+      ASSERT_EQ(want, got) << stragg::dtype_name(t) << " " << stragg::reduce_op_name(op);
+    }
+  }
+}
+
 TEST(Reduce, PartialOverlapThrows) {
   std::vector<int32_t> v(100, 1);
   EXPECT_THROW(stragg::reduce_into(DType::Int32, ReduceOp::Sum, v.data() + 1, v.data(), 10), stragg::Error);

@@ -91,7 +91,8 @@ std::string case_name(const ::testing::TestParamInfo<Case>& info) {
 
 INSTANTIATE_TEST_SUITE_P(
     AllGenerators, ScheduleExecution,
-    ::testing::Combine(::testing::Values("ring", "rhd", "direct", "bcast", "stragglar", "optcc"),
+    ::testing::Combine(::testing::Values("ring", "rhd", "direct", "bcast", "stragglar", "optcc",
+                                         "rd"),
                        ::testing::Values(2, 3, 4, 5, 6, 8),
                        ::testing::Values(size_t{1}, size_t{7}, size_t{5003})),
     case_name);
@@ -154,7 +155,37 @@ TEST_P(WindowedExecution, BitwiseEqualToLockstepWithRandomFloats) {
 }
 
 INSTANTIATE_TEST_SUITE_P(AllGenerators, WindowedExecution,
-                         ::testing::Values("ring", "rhd", "direct", "bcast", "stragglar", "optcc"));
+                         ::testing::Values("ring", "rhd", "direct", "bcast", "stragglar", "optcc",
+                                           "rd"));
+
+// Recursive doubling reduces on both ranks of a pair: they must still agree bit for bit where
+// the sum is not commutative bitwise. x86 returns the first operand's payload for NaN + NaN, so
+// two NaNs with different payloads tell the operand order apart.
+TEST(RecursiveDoubling, PairsReduceInOneOperandOrderSoNanPayloadsAgree) {
+  for (int n : {2, 3, 4, 8}) {
+    PlannerConfig cfg;
+    cfg.algo = Algorithm::Rd;
+    Planner planner(n, cfg);
+    InMemoryRendezvous rdv;
+    std::vector<std::vector<uint32_t>> out(n);
+    const size_t numel = 1000;
+    run_ranks(n, [&](int r) {
+      ShmTransport t(rdv, "rdnan", r, n, ShmOptions{});
+      Executor ex(t);
+      std::vector<uint32_t> bits(numel);
+      for (size_t i = 0; i < numel; ++i) bits[i] = 0x7fc00000u | static_cast<uint32_t>(r + 1 + i);
+      CollectiveSpec spec;
+      spec.numel = numel;
+      const PlanChoice choice = planner.choose(numel * 4, -1);
+      ASSERT_EQ(choice.algorithm, Algorithm::Rd);
+      ex.run(*planner.plan(r, choice, numel, 4, true), spec, bits.data(), std::chrono::seconds(60));
+      out[r] = bits;
+    });
+    for (int r = 1; r < n; ++r) {
+      ASSERT_EQ(out[r], out[0]) << "n=" << n << ": rank " << r << " differs from rank 0";
+    }
+  }
+}
 
 TEST(Lowering, StragglarStagesTheStragglerExchangeAndPutsPreArrivalFirst) {
   auto s = core::build("stragglar", 4, "{\"straggler\": 3}");

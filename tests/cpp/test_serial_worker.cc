@@ -4,6 +4,8 @@
 #include <atomic>
 #include <future>
 #include <memory>
+#include <mutex>
+#include <thread>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -41,6 +43,61 @@ TEST(SerialWorker, RunsJobsInOrderAndReportsErrors) {
   EXPECT_EQ(errors[0], "");
   EXPECT_EQ(errors[1], "job 1 failed");
   EXPECT_EQ(errors[2], "");
+}
+
+// Inline: the caller runs the job when the worker is idle; jobs submitted while it runs wait
+// behind it; a busy worker refuses the claim; stopping from inside an inline job returns.
+TEST(SerialWorker, InlineJobsKeepIssueOrder) {
+  SerialWorker w;
+  std::vector<int> order;
+  std::mutex mu;
+  auto record = [&](int i) {
+    std::lock_guard<std::mutex> lock(mu);
+    order.push_back(i);
+  };
+  ASSERT_TRUE(w.claim_inline());
+  EXPECT_FALSE(w.claim_inline());  // one turn at a time
+  std::promise<void> queued_done;
+  SerialWorker::Job first;
+  first.run = [&] {
+    EXPECT_TRUE(w.on_worker_thread());
+    SerialWorker::Job second;  // submitted while the inline job runs: must wait for it
+    second.run = [&] { record(2); };
+    second.finish = [&](std::exception_ptr) { queued_done.set_value(); };
+    ASSERT_TRUE(w.submit(std::move(second)));
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    record(1);
+  };
+  std::exception_ptr first_error;
+  first.finish = [&](std::exception_ptr e) { first_error = e; };
+  w.run_claimed(first);
+  EXPECT_FALSE(w.on_worker_thread());
+  queued_done.get_future().wait();
+  EXPECT_EQ(order, (std::vector<int>{1, 2}));
+  EXPECT_EQ(first_error, nullptr);
+  // The worker gives its turn back just after the job's finish ran.
+  while (w.busy()) std::this_thread::yield();
+  // Errors of an inline job reach its finish, on the calling thread.
+  ASSERT_TRUE(w.claim_inline());
+  SerialWorker::Job failing;
+  failing.run = [] { throw std::runtime_error("inline failed"); };
+  std::string what;
+  failing.finish = [&](std::exception_ptr e) {
+    try {
+      std::rethrow_exception(e);
+    } catch (const std::exception& x) {
+      what = x.what();
+    }
+  };
+  w.run_claimed(failing);
+  EXPECT_EQ(what, "inline failed");
+  // An inline job that stops the worker (an abort from inside a call) does not deadlock.
+  ASSERT_TRUE(w.claim_inline());
+  SerialWorker::Job stopper;
+  stopper.run = [&] { w.stop(false, "aborted from inside"); };
+  w.run_claimed(stopper);
+  EXPECT_TRUE(w.stopped());
+  EXPECT_FALSE(w.claim_inline());
 }
 
 TEST(SerialWorker, StopDrainsOrCancels) {

@@ -72,6 +72,30 @@ TEST(StallDiagnosis, ARankThatHasNotCalledTheCollectiveIsNamedWithItsLastCall) {
       << never;
 }
 
+// Recursive doubling of 4, rank 3 stopped during #4 after its first exchange: ranks 0 and 2
+// finished #4, rank 1 still waits for rank 3 in step 1 of #4, and rank 0 waits for rank 1 in #5.
+// Rank 1 is held up, not the cause: the search follows its wait to rank 3.
+TEST(StallDiagnosis, ARankStillWaitingInAnEarlierCollectiveIsFollowedNotBlamed) {
+  auto peers = ring_of_four();
+  peers[1].progress = at(8, 1, {3}, 4);
+  peers[3].progress = at(8, 1, {1}, 4);
+  peers[3].liveness = Liveness::Stopped;
+  peers[3].evidence = "its process 42 is stopped: SIGSTOP or a debugger";
+  StallFacts f = facts(0, peers);
+  f.awaited = {1};
+  const std::string m = diagnose_stall(f);
+  EXPECT_EQ(m.find("rank 3 has not called all_reduce #5 (its last was #4) and stopped responding "
+                   "(its process 42 is stopped: SIGSTOP or a debugger)"),
+            0u)
+      << m;
+  // Waiting for nobody in its earlier collective: it is the one that has not called this one.
+  peers[3].liveness = Liveness::Alive;
+  peers[1].progress = at(8, 1, {}, 4);
+  f = facts(0, peers);
+  f.awaited = {1};
+  EXPECT_EQ(diagnose_stall(f).find("rank 1 has not called all_reduce #5 (its last was #4)"), 0u);
+}
+
 TEST(StallDiagnosis, AStoppedRankThatNeverArrivedIsNamedBothWays) {
   auto peers = ring_of_four();
   peers[1].progress = at(8, Progress::kFinished, {}, 4);

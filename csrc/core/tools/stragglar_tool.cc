@@ -50,7 +50,7 @@ std::string encode(const Schedule& full) {
   std::vector<int> to_new(n, -1);
   for (const Step& st : s.steps)
     for (const Transfer& t : st.transfers)
-      if (!st.pre_arrival && t.op == RecvOp::kReduce && t.dst == sigma)
+      if (!st.pre_arrival && is_reduce(t.op) && t.dst == sigma)
         to_new[t.src] = st.round - first;
   std::string tail(static_cast<size_t>(rounds) * m, '.');
   for (const Step& st : s.steps) {

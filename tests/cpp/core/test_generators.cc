@@ -36,6 +36,28 @@ TEST(Rhd, VerifiesAndCountsRounds) {
   }
 }
 
+TEST(Rd, VerifiesCountsRoundsAndReducesLowerFirst) {
+  for (int n = 1; n <= 64; ++n) {
+    Schedule s = rd_allreduce(n);
+    expect_ok(s);
+    int p = 1, L = 0;
+    while (p * 2 <= n) p *= 2, ++L;
+    EXPECT_EQ(s.num_rounds(), L + (p == n ? 0 : 2)) << n;
+    EXPECT_EQ(s.num_chunks, 1);
+    for (const Step& st : s.steps) {
+      for (const Transfer& t : st.transfers) {
+        // Exchanges: the upper rank of a pair puts the received (lower) data first.
+        if (t.op != RecvOp::kCopy && s.phases[st.phase] == "exchange") {
+          EXPECT_EQ(t.op, t.src < t.dst ? RecvOp::kReduceFirst : RecvOp::kReduce) << n;
+        }
+      }
+    }
+  }
+  // The op survives JSON.
+  const Schedule s = rd_allreduce(4);
+  EXPECT_EQ(schedule_from_json(to_json(s)).steps[0].transfers, s.steps[0].transfers);
+}
+
 TEST(Direct, VerifiesInTwoRounds) {
   for (int n = 2; n <= 64; ++n) {
     Schedule s = direct_allreduce(n);
