@@ -57,6 +57,7 @@ ALGOS = [
     "ring",
     "ring_reduce_scatter",
     "ring_allgather",
+    "rd",
     "rhd",
     "rhd_reduce_scatter",
     "rhd_allgather",
