@@ -9,17 +9,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-std::string ranks_list(const std::vector<int>& ranks) {
-  std::ostringstream m;
-  if (ranks.size() == 1) {
-    m << "rank " << ranks[0];
-    return m.str();
-  }
-  m << "ranks [";
-  for (size_t i = 0; i < ranks.size(); ++i) m << (i ? ", " : "") << ranks[i];
-  m << "]";
-  return m.str();
-}
 
 // What a timed-out rank can add when rank 0 hosts the store and is among the missing: rank 0
 // waits in torch's TCPStore until every process connected, so the rank that never started is
@@ -39,6 +28,18 @@ std::string store_host_hint(const Rendezvous& rdv, const std::vector<int>& missi
 }
 
 }  // namespace
+
+std::string ranks_list(const std::vector<int>& ranks) {
+  std::ostringstream m;
+  if (ranks.size() == 1) {
+    m << "rank " << ranks[0];
+    return m.str();
+  }
+  m << "ranks [";
+  for (size_t i = 0; i < ranks.size(); ++i) m << (i ? ", " : "") << ranks[i];
+  m << "]";
+  return m.str();
+}
 
 std::vector<std::string> exchange_all(Rendezvous& rdv, const std::string& prefix, int rank,
                                       int size, const std::string& value,

@@ -36,4 +36,7 @@ std::vector<std::string> exchange_all(Rendezvous& rdv, const std::string& prefix
                                       int size, const std::string& value,
                                       std::chrono::milliseconds timeout, const std::string& what);
 
+// "rank 3" or "ranks [1, 3]" (setup and transport messages).
+std::string ranks_list(const std::vector<int>& ranks);
+
 }  // namespace stragg

@@ -3,6 +3,8 @@
 #include <cstring>
 #include <sstream>
 
+#include "runtime/rendezvous.h"
+
 namespace stragg::transport {
 
 std::string errno_text(int err) { return std::string(std::strerror(err)); }
@@ -17,16 +19,6 @@ std::vector<std::string> split(const std::string& s, char sep) {
   return out;
 }
 
-std::string join_ranks(const std::vector<int>& ranks) {
-  std::ostringstream m;
-  if (ranks.size() == 1) {
-    m << "rank " << ranks[0];
-    return m.str();
-  }
-  m << "ranks [";
-  for (size_t i = 0; i < ranks.size(); ++i) m << (i ? ", " : "") << ranks[i];
-  m << "]";
-  return m.str();
-}
+std::string join_ranks(const std::vector<int>& ranks) { return ranks_list(ranks); }
 
 }  // namespace stragg::transport
