@@ -12,7 +12,8 @@ What a torchft user changes for stragg is the process group handed to the Manage
 The script is its own launcher: it starts torchft's lighthouse and one process per replica
 group (each replica: one rank, its own TCPStore, a small MLP built from a config dict, its own
 synthetic data shard, torchft's DistributedDataParallel and OptimizerWrapper). When replica 1 has
-committed --kill-at steps, the launcher SIGKILLs it and starts it again: replica 0's pending
+committed --kill-at steps it stops inside the next step (so the kill lands mid-run however
+loaded the machine is), the launcher SIGKILLs it and starts it again: replica 0's pending
 all_reduce fails (stragg notices the dead peer), the step is not committed, the lighthouse
 waits for both replicas (min 2), the restarted replica heals from replica 0's state, and the
 Manager reconfigures the process group (a new stragg backend) for the new quorum.
@@ -114,6 +115,13 @@ def replica_main(args: argparse.Namespace) -> int:
         x, y = batch(args.replica_id, step)
         optimizer.zero_grad()  # starts the quorum (reconfigures the process group if needed)
         loss = torch.nn.functional.mse_loss(ddp(x), y)
+        if step == args.hold_at:
+            # The launcher's victim: stop inside this step (its peer is already in, or about to
+            # enter, the step's all_reduce) and wait for the SIGKILL. Holding here rather than
+            # racing the launcher makes the kill land mid-run however loaded the machine is.
+            Path(args.progress + ".held").write_text(f"{step}\n")
+            while True:
+                time.sleep(1)
         loss.backward()  # the comm hook all_reduces through the Manager's process group
         optimizer.step()  # commits only if every participant's all_reduce succeeded
         if manager.current_step() > step:
@@ -137,12 +145,14 @@ def replica_main(args: argparse.Namespace) -> int:
 # Launcher
 
 
-def _start(args: argparse.Namespace, rid: int, addr: str, tmp: str, incarnation: int) -> Any:
+def _start(
+    args: argparse.Namespace, rid: int, addr: str, tmp: str, incarnation: int, hold_at: int = -1
+) -> Any:
     cmd = [
         sys.executable, str(Path(__file__).resolve()), "--replica-id", str(rid),
         "--lighthouse", addr, "--backend", args.backend, "--steps", str(args.steps),
         "--progress", os.path.join(tmp, f"progress{rid}"),
-        "--result", os.path.join(tmp, f"result{rid}.json"),
+        "--result", os.path.join(tmp, f"result{rid}.json"), "--hold-at", str(hold_at),
     ]  # fmt: skip
     log = open(os.path.join(tmp, f"replica{rid}.{incarnation}.log"), "w")  # noqa: SIM115
     env = dict(os.environ, OMP_NUM_THREADS="1")
@@ -185,14 +195,19 @@ def launcher(args: argparse.Namespace) -> int:
             old.unlink()
     keep = contextlib.nullcontext(args.workdir) if args.workdir else None
     with keep or tempfile.TemporaryDirectory(prefix="stragg-torchft-") as tmp:
-        procs = {rid: _start(args, rid, addr, tmp, 0) for rid in range(2)}
+        victim = 1
+        hold_at = args.kill_at if args.kill_at > 0 else -1
+        procs = {rid: _start(args, rid, addr, tmp, 0, hold_at if rid == victim else -1)
+                 for rid in range(2)}  # fmt: skip
         killed_at = None
         if args.kill_at > 0:
-            victim = 1
             progress = os.path.join(tmp, f"progress{victim}")
-            while _committed(progress) < args.kill_at:
+            held = Path(progress + ".held")
+            while not held.exists():
                 if procs[victim].poll() is not None:
-                    raise SystemExit("torchft_replicas: replica 1 ended before the kill")
+                    log = Path(tmp, f"replica{victim}.0.log").read_text()
+                    raise SystemExit(f"torchft_replicas: replica 1 ended before the kill:\n"
+                                     f"{log[-3000:]}")  # fmt: skip
                 time.sleep(0.02)
             procs[victim].send_signal(signal.SIGKILL)
             procs[victim].wait()
@@ -247,6 +262,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--lighthouse", default="", help=argparse.SUPPRESS)
     p.add_argument("--progress", default="", help=argparse.SUPPRESS)
     p.add_argument("--result", default="", help=argparse.SUPPRESS)
+    p.add_argument("--hold-at", type=int, default=-1, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.kill_at >= args.steps:
         p.error("--kill-at must be below --steps")
