@@ -1,8 +1,11 @@
 """The README's main demo, examples/finetune.py, in a short run: DDP on gloo, then on stragg,
-with an injected straggler; checks the JSON summary and that both loss curves agree.
+with an injected straggler; checks the JSON summary, that both loss curves agree, and that
+stragg's profiler detected the injected straggler and StragglAR then ran with it.
 
-Straggler detection needs several profiler exchanges (dozens of calls), more than this short
-run makes; the profiler's own tests cover it.
+Detection with the default profiler settings needs dozens of calls (an exchange every 16 calls,
+two agreeing decisions); this short run asks for an exchange every 2 calls over a window of 8 and
+one decision (STRAGG_PROFILE_*, documented settings), and the straggler sleeps 40 ms per step so
+that it is last in every step however loaded the 2 shared cores are.
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ SCRIPT = REPO / "examples" / "finetune.py"
 
 pytestmark = [pytest.mark.slow, pytest.mark.needs_backend, pytest.mark.stragg_only]
 
-STEPS = 8
+STEPS = 16
 TINY_MODEL = [
     "--layers", "1", "--d-model", "64", "--heads", "2", "--vocab", "128",
     "--seq", "16", "--batch", "2",
@@ -30,7 +33,8 @@ TINY_MODEL = [
 
 
 def _run(tmp_path: Path, *extra: str) -> tuple[dict, subprocess.CompletedProcess]:
-    env = dict(os.environ)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("STRAGG_")}
+    env.update(STRAGG_PROFILE_EVERY="2", STRAGG_PROFILE_WINDOW="8", STRAGG_PROFILE_PATIENCE="1")
     cmd = [
         sys.executable, str(SCRIPT), "--steps", str(STEPS), "--warmup", "2", "--ranks", "4",
         "--json", *TINY_MODEL, *extra,
@@ -47,17 +51,22 @@ def _run(tmp_path: Path, *extra: str) -> tuple[dict, subprocess.CompletedProcess
 def test_finetune_demo_json_and_matching_losses(tmp_path: Path) -> None:
     plot = tmp_path / "demo.png"
     out, proc = _run(
-        tmp_path, "--straggler-rank", "3", "--straggler-delay-ms", "3", "--plot", str(plot)
-    )
+        tmp_path, "--straggler-rank", "3", "--straggler-delay-ms", "40",
+        "--straggler-mode", "sleep", "--plot", str(plot),
+    )  # fmt: skip
 
     # Stable keys and types.
     assert out["injected_straggler"] == 3
-    assert out["detected_straggler"] is None or isinstance(out["detected_straggler"], int)
+    # stragg's profiler found the injected straggler, and later steps ran StragglAR around it.
+    assert out["detected_straggler"] == 3, out.get("decisions")
+    assert isinstance(out["detected_at_step"], int) and 1 <= out["detected_at_step"] <= STEPS
+    assert isinstance(out["first_stragglar_step"], int)
+    assert out["first_stragglar_step"] >= out["detected_at_step"]
     for key in ("gloo_step_s", "stragg_step_s", "speedup", "loss_rel_diff", "delay_s"):
         assert isinstance(out[key], float), (key, out[key])
     assert out["gloo_step_s"] > 0 and out["stragg_step_s"] > 0
     assert out["speedup"] == pytest.approx(out["gloo_step_s"] / out["stragg_step_s"])
-    assert out["delay_s"] == pytest.approx(0.003)
+    assert out["delay_s"] == pytest.approx(0.040)
     assert out["steps"] == STEPS
     assert out["backends"] == ["gloo", "stragg"]
 
