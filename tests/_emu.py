@@ -12,6 +12,7 @@ from __future__ import annotations
 import itertools
 import os
 import re
+import subprocess
 import sys
 from typing import Any
 
@@ -58,3 +59,17 @@ def emucluster() -> Any:
         cannot(f"cannot create an emulated cluster here: {exc}")
     _checked.append(emu)
     return emu
+
+
+def tc_packets(cluster: Any, rank: int) -> tuple[int, int]:
+    """(packets sent, packets dropped by the loss filter) on host rank's egress."""
+    out = subprocess.run(
+        ["tc", "-n", cluster.host(rank).netns, "-s", "class", "show", "dev", "eth0"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    sent = re.search(r"class htb 1:1 .*?\n Sent \d+ bytes (\d+) pkt", out)
+    dropped = re.search(r"class htb 1:2 .*?\(dropped (\d+)", out, re.DOTALL)
+    assert sent and dropped, out
+    return int(sent.group(1)), int(dropped.group(1))

@@ -351,24 +351,10 @@ def test_cli_perf_and_degrade_on_a_running_cluster(cluster: Any) -> None:
     )
 
 
-def _tc_packets(cluster: Any, rank: int) -> tuple[int, int]:
-    """(packets sent, packets dropped by the loss filter) on host rank's egress."""
-    out = subprocess.run(
-        ["tc", "-n", cluster.host(rank).netns, "-s", "class", "show", "dev", "eth0"],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout
-    sent = re.search(r"class htb 1:1 .*?\n Sent \d+ bytes (\d+) pkt", out)
-    dropped = re.search(r"class htb 1:2 .*?\(dropped (\d+)", out, re.DOTALL)
-    assert sent and dropped, out
-    return int(sent.group(1)), int(dropped.group(1))
-
-
 @pytest.mark.parametrize("cluster", [{"hosts": 2, "rate": "200mbit", "loss": "5%"}], indirect=True)
 def test_loss_drops_that_share_of_packets(cluster: Any) -> None:
     assert cluster.throughput(0, 1, seconds=1.5) > 0
-    sent, dropped = _tc_packets(cluster, 0)
+    sent, dropped = _emu.tc_packets(cluster, 0)
     assert sent > 1000, sent
     assert 0.03 <= dropped / (sent + dropped) <= 0.07, (sent, dropped)
 

@@ -68,7 +68,7 @@ bool schedule_needs_staging(const core::Schedule& s, bool ordered_recvs) {
 }
 
 RankPlan lower_schedule(const core::Schedule& s, int rank, size_t numel, size_t elem_size,
-                        size_t max_staging_bytes, bool ordered_recvs) {
+                        size_t max_staging_bytes, bool ordered_recvs, size_t pipeline_bytes) {
   if (rank < 0 || rank >= s.n) {
     throw Error("stragg: lower_schedule: rank " + std::to_string(rank) + " outside a schedule of " +
                 std::to_string(s.n) + " ranks");
@@ -85,39 +85,75 @@ RankPlan lower_schedule(const core::Schedule& s, int rank, size_t numel, size_t 
   for (const auto& st : s.steps) round_pre[st.round] = round_pre[st.round] && st.pre_arrival;
 
   size_t segments = 1;
-  if (schedule_needs_staging(s, ordered_recvs) && numel > 0) {
-    // Largest chunk is about numel * max_weight / total_weight elements.
-    const double max_share =
-        *std::max_element(s.chunk_weights.begin(), s.chunk_weights.end()) / s.total_weight();
-    const double largest_chunk_bytes = static_cast<double>(numel) * elem_size * max_share;
-    segments = std::max<size_t>(
-        1, static_cast<size_t>(largest_chunk_bytes / static_cast<double>(max_staging_bytes)) + 1);
-    segments = std::min(segments, numel);
+  // Largest chunk is about numel * max_weight / total_weight elements.
+  const double max_share =
+      *std::max_element(s.chunk_weights.begin(), s.chunk_weights.end()) / s.total_weight();
+  const double largest_chunk_bytes = static_cast<double>(numel) * elem_size * max_share;
+  // Staging segments split the buffer (each segment is lowered like a whole buffer). Pipeline
+  // segments split every op's range instead (segment g carries part g of each run), so every
+  // element keeps its chunk and is reduced by the same ops in the same order as unsplit: the
+  // result is bitwise the same. Only for schedules in which no receive overlaps another op of
+  // its round on any rank (parts of different runs then never overlap either).
+  size_t pipeline_parts = 1;
+  if (schedule_needs_staging(s, ordered_recvs)) {
+    if (numel > 0) {
+      segments = std::max<size_t>(
+          1, static_cast<size_t>(largest_chunk_bytes / static_cast<double>(max_staging_bytes)) + 1);
+      segments = std::min(segments, numel);
+    }
+  } else if (pipeline_bytes > 0 && largest_chunk_bytes > 1.5 * static_cast<double>(pipeline_bytes) &&
+             !schedule_needs_staging(s, false)) {
+    pipeline_parts = static_cast<size_t>(largest_chunk_bytes / static_cast<double>(pipeline_bytes) + 0.5);
   }
-  std::vector<size_t> seg_offset(segments), seg_len(segments);
-  for (size_t g = 0; g < segments; ++g) {
-    seg_offset[g] = numel / segments * g + std::min(g, numel % segments);
-    seg_len[g] = numel / segments + (g < numel % segments ? 1 : 0);
+  const bool pipelined = pipeline_parts > 1;
+  if (pipelined) segments = pipeline_parts;
+  const size_t frames = pipelined ? 1 : segments;  // buffer splits
+  std::vector<size_t> seg_offset(frames), seg_len(frames);
+  for (size_t g = 0; g < frames; ++g) {
+    seg_offset[g] = numel / frames * g + std::min(g, numel % frames);
+    seg_len[g] = numel / frames + (g < numel % frames ? 1 : 0);
   }
-  std::vector<std::vector<core::ElementRange>> ranges(segments);
-  for (size_t g = 0; g < segments; ++g) {
+  std::vector<std::vector<core::ElementRange>> ranges(frames);
+  for (size_t g = 0; g < frames; ++g) {
     ranges[g] = s.chunk_ranges(static_cast<int64_t>(seg_len[g]));
   }
 
   auto run_range = [&](size_t g, int chunk, int count, size_t* offset, size_t* len) {
-    const auto& r = ranges[g];
-    *offset = seg_offset[g] + static_cast<size_t>(r[chunk].offset);
+    const auto& r = ranges[pipelined ? 0 : g];
+    *offset = seg_offset[pipelined ? 0 : g] + static_cast<size_t>(r[chunk].offset);
     const auto& last = r[chunk + count - 1];
     *len = static_cast<size_t>(last.offset + last.length - r[chunk].offset);
+    if (pipelined) {  // part g of the run
+      const size_t k = pipeline_parts, whole = *len;
+      *offset += whole / k * g + std::min(g, whole % k);
+      *len = whole / k + (g < whole % k ? 1 : 0);
+    }
   };
 
-  // Pre-arrival rounds of every segment first, then the others.
+  // The (segment, round) pairs in execution order: pre-arrival rounds of every segment first,
+  // then the others; staged segments one after another, pipelined ones round by round (segment
+  // g's round r+1 may then run while segment g+1's round r is still on the wire).
+  std::vector<std::pair<size_t, int>> order;
   for (int pass = 0; pass < 2; ++pass) {
     const bool want_pre = pass == 0;
-    for (size_t g = 0; g < segments; ++g) {
+    if (pipelined) {
       for (const auto& [round, ops] : rounds) {
+        if (round_pre[round] != want_pre) continue;
+        for (size_t g = 0; g < segments; ++g) order.emplace_back(g, round);
+      }
+    } else {
+      for (size_t g = 0; g < segments; ++g) {
+        for (const auto& [round, ops] : rounds) {
+          if (round_pre[round] == want_pre) order.emplace_back(g, round);
+        }
+      }
+    }
+  }
+  {
+    for (const auto& [g, round] : order) {
+      const RoundOps& ops = rounds.at(round);
+      {
         const bool pre = round_pre[round];
-        if (pre != want_pre) continue;
         PlanStep step;
         step.id = static_cast<uint32_t>(g * static_cast<size_t>(num_rounds) + round);
         step.pre_arrival = pre;

@@ -432,7 +432,8 @@ std::shared_ptr<const RankPlan> Planner::plan(int rank, const PlanChoice& choice
   } else {
     auto s = schedule_for(key_choice);
     lowered = std::make_shared<const RankPlan>(
-        lower_schedule(*s, rank, numel, elem_size, config_.max_staging_bytes, ordered_recvs));
+        lower_schedule(*s, rank, numel, elem_size, config_.max_staging_bytes, ordered_recvs,
+                       config_.pipeline_bytes));
   }
   std::lock_guard<std::mutex> lock(mu_);
   plans_.emplace_front(key, lowered);

@@ -39,6 +39,9 @@ struct PlannerConfig {
   std::vector<Slowdown> slowdowns;  // OptCC's degraded ranks (empty: the straggler at l = 2)
   int optcc_segments = 0;           // OptCC's k (0: Auto picks by the cost model; fixed: 8)
   size_t max_staging_bytes = 1 << 20;
+  // Chunks larger than this are forwarded in segments of about this size where the schedule
+  // needs no staging (lower_schedule's pipeline_bytes; 0: never). Set for network transports.
+  size_t pipeline_bytes = 0;
   LinkModel link;  // cost model of Auto (replaced by measured values through set_link_model)
   double switch_margin = 0.05;
   // Auto considers recursive doubling for calls up to this size (0: never).

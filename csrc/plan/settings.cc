@@ -284,6 +284,15 @@ const std::vector<Row>& rows() {
          s.tcp_staging_bytes = size_of(v, 4096, a);
        },
        [](const Settings& s) { return format_size(s.tcp_staging_bytes); }},
+      {{"tcp_pipeline_bytes", "STRAGG_TCP_PIPELINE_BYTES", "size", "256KiB", "a size (0: off)",
+        "when a group reaches peers over TCP, schedules that need no staging (Ring, RHD, ...) "
+        "forward chunks larger than this in segments of about this size, so a rank passes data "
+        "on while the rest of its chunk is still arriving (shared memory does not split)",
+        true},
+       [](Settings& s, const SettingValue& v, const std::string& a) {
+         s.tcp_pipeline_bytes = size_of(v, 0, a);
+       },
+       [](const Settings& s) { return format_size(s.tcp_pipeline_bytes); }},
       {{"profile", "STRAGG_PROFILE", "bool", "1", "1/0 (true/false, on/off, yes/no)",
         "the straggler profiler (stragg.profiler)", true},
        [](Settings& s, const SettingValue& v, const std::string& a) { s.profile = bool_of(v, a); },

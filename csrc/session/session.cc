@@ -34,7 +34,9 @@ Session::Session(Rendezvous& rdv, SessionOptions options)
     path_ = transport_ ? AllreducePath::Executor : AllreducePath::Delegate;
   }
   if (path_ == AllreducePath::Executor) {
-    planner_ = std::make_unique<Planner>(opt_.size, PlannerConfig::from(opt_.settings));
+    PlannerConfig config = PlannerConfig::from(opt_.settings);
+    if (transport_->over_network()) config.pipeline_bytes = opt_.settings.tcp_pipeline_bytes;
+    planner_ = std::make_unique<Planner>(opt_.size, std::move(config));
     for (const auto& note : planner_->notes()) log_info(prefix() + ": " + note);
     if (planner_->dynamic() && transport_->arrival_board() == nullptr) {
       if (!opt_.make_store_board) {

@@ -157,6 +157,10 @@ class Transport {
   virtual void publish_progress(const Progress& progress) = 0;
   virtual PeerStatus peer_status(int peer) = 0;
 
+  // True if some peers are reached over a network (TCP) rather than shared memory: the planner
+  // then pipelines large chunks (PlannerConfig::pipeline_bytes).
+  virtual bool over_network() const { return false; }
+
   // True if progress(RecvOp&) honours RecvOp::limit (else the executor stages such receives).
   virtual bool supports_recv_limit() const { return false; }
 

@@ -214,6 +214,69 @@ TEST(Lowering, RingNeedsNoStaging) {
   EXPECT_FALSE(schedule_needs_staging(core::build("ring", 5), false));
 }
 
+TEST(Lowering, PipelinedRingForwardsSegmentsRoundByRound) {
+  auto s = core::build("ring", 4);
+  const size_t numel = 4 * 4096;  // chunks of 4096 floats = 16 KiB: 4 segments of 4 KiB
+  const RankPlan whole = lower_schedule(s, 1, numel, 4);
+  const RankPlan piped = lower_schedule(s, 1, numel, 4, 1 << 20, false, 4096);
+  const size_t rounds = whole.steps.size();
+  ASSERT_EQ(rounds, 6u);
+  ASSERT_EQ(piped.steps.size(), 4 * rounds);
+  for (size_t i = 0; i < piped.steps.size(); ++i) {
+    // Round by round: the 4 segments of round 0, then those of round 1, ...
+    EXPECT_EQ(piped.steps[i].id % rounds, i / 4) << "step " << i;
+    ASSERT_EQ(piped.steps[i].sends.size(), 1u);
+    EXPECT_EQ(piped.steps[i].sends[0].count, 1024u);
+    EXPECT_EQ(piped.steps[i].sends[0].peer, whole.steps[i / 4].sends[0].peer);
+  }
+  // Small chunks (up to 1.5 segments) are not split.
+  EXPECT_EQ(lower_schedule(s, 1, 4 * 1536, 4, 1 << 20, false, 4096).steps.size(), rounds);
+  // A schedule that needs staging is segmented for its staging only.
+  auto st = core::build("stragglar", 4, "{\"straggler\": 3}");
+  EXPECT_EQ(lower_schedule(st, 0, numel, 4, 1 << 20, false, 4096).steps.size(),
+            lower_schedule(st, 0, numel, 4, 1 << 20, false, 0).steps.size());
+}
+
+// Pipelining changes which bytes travel together, not how any element is reduced: the result is
+// bitwise the same as the whole-chunk plan's, with random floats and several steps in flight.
+TEST(Lowering, PipelinedPlansAreBitwiseEqualToWholeChunkPlans) {
+  for (const char* algo : {"ring", "rhd"}) {
+    const int n = 5;
+    const size_t numel = 40009;
+    PlannerConfig whole_cfg;
+    whole_cfg.algo = *algorithm_from_name(algo);
+    PlannerConfig piped_cfg = whole_cfg;
+    piped_cfg.pipeline_bytes = 4096;
+    Planner whole(n, whole_cfg), piped(n, piped_cfg);
+    InMemoryRendezvous rdv;
+    ShmOptions opt;
+    opt.slot_bytes = 4096;
+    opt.num_slots = 2;
+    std::vector<size_t> steps(2);
+    run_ranks(n, [&](int r) {
+      ShmTransport t(rdv, std::string("pipe") + algo, r, n, opt);
+      Executor ex(t);
+      std::mt19937 gen(99 + r);
+      std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+      std::vector<float> buf(numel);
+      for (auto& x : buf) x = dist(gen);
+      std::vector<float> a = buf, b = buf;
+      CollectiveSpec spec;
+      spec.numel = numel;
+      const PlanChoice choice = whole.choose(numel * sizeof(float), -1);
+      const auto plan_a = whole.plan(r, choice, numel, sizeof(float), true);
+      const auto plan_b = piped.plan(r, choice, numel, sizeof(float), true);
+      if (r == 0) steps = {plan_a->steps.size(), plan_b->steps.size()};
+      spec.seq = 0;
+      ex.run(*plan_a, spec, a.data(), std::chrono::seconds(60));
+      spec.seq = 1;
+      ex.run(*plan_b, spec, b.data(), std::chrono::seconds(60));
+      ASSERT_EQ(0, std::memcmp(a.data(), b.data(), numel * sizeof(float))) << algo << " rank " << r;
+    });
+    EXPECT_GT(steps[1], steps[0]) << algo << ": the pipelined plan was not split";
+  }
+}
+
 TEST(Planner, RejectsBadStraggler) {
   PlannerConfig far;
   far.algo = Algorithm::Stragglar;

@@ -80,6 +80,7 @@ class MixedTransport final : public GroupTransport {
   ~MixedTransport() override;
 
   const char* name() const override { return "mixed"; }
+  bool over_network() const override { return true; }
 
   bool progress(SendOp& op) override;
   bool progress(RecvOp& op) override;

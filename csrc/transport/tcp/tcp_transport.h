@@ -75,6 +75,7 @@ class TcpTransport final : public GroupTransport {
   ~TcpTransport() override;
 
   const char* name() const override { return "tcp"; }
+  bool over_network() const override { return true; }
 
   // On op.peer's data connection; finding it ended marks the peer dead.
   bool progress(SendOp& op) override;
