@@ -71,7 +71,7 @@ PlannerConfig PlannerConfig::from(const Settings& s) {
 }
 
 const std::vector<int>& Planner::optcc_segment_candidates() {
-  static const std::vector<int> k = {1, 2, 4, 8, 16, 32};
+  static const std::vector<int> k = {1, 2, 4, 8, 16, 32, 64, 128};
   return k;
 }
 
