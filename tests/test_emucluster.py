@@ -187,6 +187,8 @@ def test_cli_run_ctrl_c_kills_every_process_and_tears_down(emu: Any) -> None:
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        # A launcher that does not stop dumps every thread's stack on the SIGABRT below.
+        env={**os.environ, "PYTHONFAULTHANDLER": "1"},
     )
     try:
         pids = []
@@ -198,7 +200,12 @@ def test_cli_run_ctrl_c_kills_every_process_and_tears_down(emu: Any) -> None:
         in_ns = [p for i in range(2) for p in emu.net.netns_pids(emu.net.host_ns(name, i))]
         assert len(in_ns) >= 4, in_ns  # the two shells and their sleeps
         proc.send_signal(signal.SIGINT)
-        _, err = proc.communicate(timeout=60)
+        try:
+            _, err = proc.communicate(timeout=60)
+        except subprocess.TimeoutExpired:
+            proc.send_signal(signal.SIGABRT)
+            _, err = proc.communicate(timeout=30)
+            raise AssertionError(f"the launcher ignored SIGINT for 60 s; its stacks:\n{err}")
     finally:
         if proc.poll() is None:
             proc.kill()
