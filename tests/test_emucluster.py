@@ -189,6 +189,10 @@ def test_cli_run_ctrl_c_kills_every_process_and_tears_down(emu: Any) -> None:
         text=True,
         # A launcher that does not stop dumps every thread's stack on the SIGABRT below.
         env={**os.environ, "PYTHONFAULTHANDLER": "1"},
+        # Ctrl-C as in a terminal: a test run started in the background of a shell without job
+        # control (nohup CMD &) inherits SIGINT ignored, and Python then never raises
+        # KeyboardInterrupt (seen in CI: the launcher sat in Job.wait).
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     try:
         pids = []
