@@ -67,6 +67,128 @@ bool schedule_needs_staging(const core::Schedule& s, bool ordered_recvs) {
   return false;
 }
 
+namespace {
+
+// How one rank's plan cuts the buffer. Staging segments split the buffer (each segment is lowered
+// like a whole buffer). Pipeline parts split every op's range instead (part g carries part g of
+// each run), so every element keeps its chunk and is reduced by the same ops in the same order as
+// unsplit: the result is bitwise the same. Pipelining is only for schedules in which no receive
+// overlaps another op of its round on any rank (parts of different runs then never overlap).
+class Segmentation {
+ public:
+  Segmentation(const core::Schedule& s, size_t numel, size_t elem_size, size_t max_staging_bytes,
+               bool ordered_recvs, size_t pipeline_bytes) {
+    // Largest chunk is about numel * max_weight / total_weight elements.
+    const double max_share =
+        *std::max_element(s.chunk_weights.begin(), s.chunk_weights.end()) / s.total_weight();
+    const double largest_chunk_bytes = static_cast<double>(numel) * elem_size * max_share;
+    if (schedule_needs_staging(s, ordered_recvs)) {
+      if (numel > 0) {
+        segments_ = std::max<size_t>(
+            1, static_cast<size_t>(largest_chunk_bytes / static_cast<double>(max_staging_bytes)) +
+                   1);
+        segments_ = std::min(segments_, numel);
+      }
+    } else if (pipeline_bytes > 0 &&
+               largest_chunk_bytes > 1.5 * static_cast<double>(pipeline_bytes) &&
+               !schedule_needs_staging(s, false)) {
+      parts_ = static_cast<size_t>(largest_chunk_bytes / static_cast<double>(pipeline_bytes) + 0.5);
+      if (parts_ > 1) segments_ = parts_;
+    }
+    const size_t frames = pipelined() ? 1 : segments_;  // buffer splits
+    offset_.resize(frames);
+    ranges_.resize(frames);
+    for (size_t g = 0; g < frames; ++g) {
+      offset_[g] = numel / frames * g + std::min(g, numel % frames);
+      const size_t len = numel / frames + (g < numel % frames ? 1 : 0);
+      ranges_[g] = s.chunk_ranges(static_cast<int64_t>(len));
+    }
+  }
+
+  bool pipelined() const { return parts_ > 1; }
+  size_t segments() const { return segments_; }
+
+  // Element range of chunks [chunk, chunk + count) in segment g.
+  void run_range(size_t g, int chunk, int count, size_t* offset, size_t* len) const {
+    const size_t frame = pipelined() ? 0 : g;
+    const auto& r = ranges_[frame];
+    *offset = offset_[frame] + static_cast<size_t>(r[chunk].offset);
+    const auto& last = r[chunk + count - 1];
+    *len = static_cast<size_t>(last.offset + last.length - r[chunk].offset);
+    if (pipelined()) {  // part g of the run
+      const size_t k = parts_, whole = *len;
+      *offset += whole / k * g + std::min(g, whole % k);
+      *len = whole / k + (g < whole % k ? 1 : 0);
+    }
+  }
+
+ private:
+  size_t segments_ = 1;
+  size_t parts_ = 1;
+  std::vector<size_t> offset_;
+  std::vector<std::vector<core::ElementRange>> ranges_;
+};
+
+// The (segment, round) pairs in execution order: pre-arrival rounds of every segment first, then
+// the others; staged segments one after another, pipelined ones round by round (segment g's
+// round r+1 may then run while segment g+1's round r is still on the wire).
+std::vector<std::pair<size_t, int>> execution_order(const std::map<int, RoundOps>& rounds,
+                                                    const std::vector<bool>& round_pre,
+                                                    const Segmentation& seg) {
+  std::vector<std::pair<size_t, int>> order;
+  for (int pass = 0; pass < 2; ++pass) {
+    const bool want_pre = pass == 0;
+    if (seg.pipelined()) {
+      for (const auto& [round, ops] : rounds) {
+        if (round_pre[round] != want_pre) continue;
+        for (size_t g = 0; g < seg.segments(); ++g) order.emplace_back(g, round);
+      }
+    } else {
+      for (size_t g = 0; g < seg.segments(); ++g) {
+        for (const auto& [round, ops] : rounds) {
+          if (round_pre[round] == want_pre) order.emplace_back(g, round);
+        }
+      }
+    }
+  }
+  return order;
+}
+
+// One round of this rank's program in segment g as a plan step.
+PlanStep lower_round(const RoundOps& ops, size_t g, const Segmentation& seg, bool ordered_recvs) {
+  PlanStep step;
+  for (const core::RankOp* o : ops.ops) {
+    if (!o->has_send) continue;
+    PlanOp op;
+    op.peer = o->send_peer;
+    seg.run_range(g, o->send_chunk, o->send_count, &op.offset, &op.count);
+    step.sends.push_back(op);
+  }
+  for (const core::RankOp* o : ops.ops) {
+    if (!o->has_recv) continue;
+    PlanOp op;
+    op.peer = o->recv_peer;
+    seg.run_range(g, o->recv_chunk, o->recv_count, &op.offset, &op.count);
+    op.reduce = core::is_reduce(o->recv_op);
+    op.received_first = o->recv_op == core::RecvOp::kReduceFirst;
+    int send_index = -1;
+    switch (classify(*o, ops, ordered_recvs, &send_index)) {
+      case Overlap::kNone:
+        break;
+      case Overlap::kFollowsSend:
+        op.follows_send = send_index;
+        break;
+      case Overlap::kStage:
+        op.staged = true;
+        break;
+    }
+    step.recvs.push_back(op);
+  }
+  return step;
+}
+
+}  // namespace
+
 RankPlan lower_schedule(const core::Schedule& s, int rank, size_t numel, size_t elem_size,
                         size_t max_staging_bytes, bool ordered_recvs, size_t pipeline_bytes) {
   if (rank < 0 || rank >= s.n) {
@@ -84,109 +206,12 @@ RankPlan lower_schedule(const core::Schedule& s, int rank, size_t numel, size_t 
   std::vector<bool> round_pre(num_rounds, true);
   for (const auto& st : s.steps) round_pre[st.round] = round_pre[st.round] && st.pre_arrival;
 
-  size_t segments = 1;
-  // Largest chunk is about numel * max_weight / total_weight elements.
-  const double max_share =
-      *std::max_element(s.chunk_weights.begin(), s.chunk_weights.end()) / s.total_weight();
-  const double largest_chunk_bytes = static_cast<double>(numel) * elem_size * max_share;
-  // Staging segments split the buffer (each segment is lowered like a whole buffer). Pipeline
-  // segments split every op's range instead (segment g carries part g of each run), so every
-  // element keeps its chunk and is reduced by the same ops in the same order as unsplit: the
-  // result is bitwise the same. Only for schedules in which no receive overlaps another op of
-  // its round on any rank (parts of different runs then never overlap either).
-  size_t pipeline_parts = 1;
-  if (schedule_needs_staging(s, ordered_recvs)) {
-    if (numel > 0) {
-      segments = std::max<size_t>(
-          1, static_cast<size_t>(largest_chunk_bytes / static_cast<double>(max_staging_bytes)) + 1);
-      segments = std::min(segments, numel);
-    }
-  } else if (pipeline_bytes > 0 && largest_chunk_bytes > 1.5 * static_cast<double>(pipeline_bytes) &&
-             !schedule_needs_staging(s, false)) {
-    pipeline_parts = static_cast<size_t>(largest_chunk_bytes / static_cast<double>(pipeline_bytes) + 0.5);
-  }
-  const bool pipelined = pipeline_parts > 1;
-  if (pipelined) segments = pipeline_parts;
-  const size_t frames = pipelined ? 1 : segments;  // buffer splits
-  std::vector<size_t> seg_offset(frames), seg_len(frames);
-  for (size_t g = 0; g < frames; ++g) {
-    seg_offset[g] = numel / frames * g + std::min(g, numel % frames);
-    seg_len[g] = numel / frames + (g < numel % frames ? 1 : 0);
-  }
-  std::vector<std::vector<core::ElementRange>> ranges(frames);
-  for (size_t g = 0; g < frames; ++g) {
-    ranges[g] = s.chunk_ranges(static_cast<int64_t>(seg_len[g]));
-  }
-
-  auto run_range = [&](size_t g, int chunk, int count, size_t* offset, size_t* len) {
-    const auto& r = ranges[pipelined ? 0 : g];
-    *offset = seg_offset[pipelined ? 0 : g] + static_cast<size_t>(r[chunk].offset);
-    const auto& last = r[chunk + count - 1];
-    *len = static_cast<size_t>(last.offset + last.length - r[chunk].offset);
-    if (pipelined) {  // part g of the run
-      const size_t k = pipeline_parts, whole = *len;
-      *offset += whole / k * g + std::min(g, whole % k);
-      *len = whole / k + (g < whole % k ? 1 : 0);
-    }
-  };
-
-  // The (segment, round) pairs in execution order: pre-arrival rounds of every segment first,
-  // then the others; staged segments one after another, pipelined ones round by round (segment
-  // g's round r+1 may then run while segment g+1's round r is still on the wire).
-  std::vector<std::pair<size_t, int>> order;
-  for (int pass = 0; pass < 2; ++pass) {
-    const bool want_pre = pass == 0;
-    if (pipelined) {
-      for (const auto& [round, ops] : rounds) {
-        if (round_pre[round] != want_pre) continue;
-        for (size_t g = 0; g < segments; ++g) order.emplace_back(g, round);
-      }
-    } else {
-      for (size_t g = 0; g < segments; ++g) {
-        for (const auto& [round, ops] : rounds) {
-          if (round_pre[round] == want_pre) order.emplace_back(g, round);
-        }
-      }
-    }
-  }
-  {
-    for (const auto& [g, round] : order) {
-      const RoundOps& ops = rounds.at(round);
-      {
-        const bool pre = round_pre[round];
-        PlanStep step;
-        step.id = static_cast<uint32_t>(g * static_cast<size_t>(num_rounds) + round);
-        step.pre_arrival = pre;
-        for (const core::RankOp* o : ops.ops) {
-          if (!o->has_send) continue;
-          PlanOp op;
-          op.peer = o->send_peer;
-          run_range(g, o->send_chunk, o->send_count, &op.offset, &op.count);
-          step.sends.push_back(op);
-        }
-        for (const core::RankOp* o : ops.ops) {
-          if (!o->has_recv) continue;
-          PlanOp op;
-          op.peer = o->recv_peer;
-          run_range(g, o->recv_chunk, o->recv_count, &op.offset, &op.count);
-          op.reduce = core::is_reduce(o->recv_op);
-          op.received_first = o->recv_op == core::RecvOp::kReduceFirst;
-          int send_index = -1;
-          switch (classify(*o, ops, ordered_recvs, &send_index)) {
-            case Overlap::kNone:
-              break;
-            case Overlap::kFollowsSend:
-              op.follows_send = send_index;
-              break;
-            case Overlap::kStage:
-              op.staged = true;
-              break;
-          }
-          step.recvs.push_back(op);
-        }
-        plan.steps.push_back(std::move(step));
-      }
-    }
+  const Segmentation seg(s, numel, elem_size, max_staging_bytes, ordered_recvs, pipeline_bytes);
+  for (const auto& [g, round] : execution_order(rounds, round_pre, seg)) {
+    PlanStep step = lower_round(rounds.at(round), g, seg, ordered_recvs);
+    step.id = static_cast<uint32_t>(g * static_cast<size_t>(num_rounds) + round);
+    step.pre_arrival = round_pre[round];
+    plan.steps.push_back(std::move(step));
   }
   return plan;
 }
