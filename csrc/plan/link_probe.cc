@@ -78,6 +78,7 @@ RankPlan link_probe_plan(int n, int rank, int round, int direction, int messages
     o.count = count;
     return o;
   };
+  size_t last_landed = total;  // receiver: the last element the payload writes
   auto payload = [&](uint32_t id, size_t offset, size_t count) {
     PlanStep s;
     s.id = id;
@@ -85,6 +86,7 @@ RankPlan link_probe_plan(int n, int rank, int round, int direction, int messages
       s.sends.push_back(op(offset, count));
     } else {
       s.recvs.push_back(op(total + offset, count));
+      last_landed = total + offset + count - 1;
     }
     plan.steps.push_back(std::move(s));
   };
@@ -110,7 +112,11 @@ RankPlan link_probe_plan(int n, int rank, int round, int direction, int messages
   if (sender) {
     ack.recvs.push_back(op(total, 1));
   } else {
-    ack.sends.push_back(op(0, 1));
+    // The acknowledgement reads the payload's last element, so the executor sends it only once
+    // the payload has landed (the receives from one peer complete in order). An ack that read
+    // other memory could leave at once: a warm TCP connection takes the whole payload into its
+    // send buffer, and the sender then timed its own buffering (GB/s on a 150 Mbit/s link).
+    ack.sends.push_back(op(last_landed, 1));
   }
   plan.steps.push_back(std::move(ack));
   return plan;
@@ -154,13 +160,25 @@ LinkAnalysis analyze_links(const std::vector<LinkModel>& links, int n, double th
   out.send_beta.assign(un, -1);
   out.recv_beta.assign(un, -1);
   out.slowdown.assign(un, 1.0);
+  // A rank's side runs at the lower median of its links (the fastest of two, the 2nd of three,
+  // the 4th of seven): the partners of most of its links are healthy, and unlike the fastest
+  // link this does not follow one probe that read a link too fast (a shaper's burst).
+  std::vector<std::vector<double>> out_links(un), in_links(un);
   for (int i = 0; i < n; ++i) {
     for (int j = 0; j < n; ++j) {
       if (i == j || !measured(at(i, j))) continue;
-      const double b = at(i, j).beta_s_per_byte;
-      if (out.send_beta[i] < 0 || b < out.send_beta[i]) out.send_beta[i] = b;
-      if (out.recv_beta[j] < 0 || b < out.recv_beta[j]) out.recv_beta[j] = b;
+      out_links[i].push_back(at(i, j).beta_s_per_byte);
+      in_links[j].push_back(at(i, j).beta_s_per_byte);
     }
+  }
+  auto lower_median = [](std::vector<double> v) {
+    if (v.empty()) return -1.0;
+    std::sort(v.begin(), v.end());
+    return v[(v.size() - 1) / 2];
+  };
+  for (size_t r = 0; r < un; ++r) {
+    out.send_beta[r] = lower_median(out_links[r]);
+    out.recv_beta[r] = lower_median(in_links[r]);
   }
   std::vector<double> rank_beta(un, -1), known;
   for (size_t r = 0; r < un; ++r) {
@@ -187,6 +205,34 @@ LinkAnalysis analyze_links(const std::vector<LinkModel>& links, int n, double th
   if (!alphas.empty()) {
     out.reference.alpha_s = median_of(alphas);
     out.reference.beta_s_per_byte = median_of(betas);
+  }
+  return out;
+}
+
+bool needs_confirmation(const LinkAnalysis& fresh, const std::vector<Slowdown>& current,
+                        double sure) {
+  for (const Slowdown& d : fresh.degraded) {
+    const bool known = std::any_of(current.begin(), current.end(),
+                                   [&](const Slowdown& c) { return c.rank == d.rank; });
+    if (!known && d.factor < sure) return true;
+  }
+  return false;
+}
+
+std::vector<LinkModel> faster_links(const std::vector<LinkModel>& a,
+                                    const std::vector<LinkModel>& b) {
+  if (a.size() != b.size()) {
+    throw Error("stragg: faster_links: the probes measured " + std::to_string(a.size()) +
+                " and " + std::to_string(b.size()) + " links");
+  }
+  std::vector<LinkModel> out(a.size());
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (!measured(a[i]) || !measured(b[i])) {
+      out[i].alpha_s = out[i].beta_s_per_byte = -1;
+      continue;
+    }
+    out[i].alpha_s = std::min(a[i].alpha_s, b[i].alpha_s);
+    out[i].beta_s_per_byte = std::min(a[i].beta_s_per_byte, b[i].beta_s_per_byte);
   }
   return out;
 }

@@ -15,8 +15,9 @@
 // each rank busy on one link at a time.
 //
 // Analysis. A transfer a -> b runs at the slower of a's send side and b's receive side, so a
-// rank's send time per byte is the fastest of its outgoing links (some partner is at least as
-// fast as it), and likewise for receiving. A rank's slowdown l = (its slower side) / (the median
+// rank's send time per byte is read from its outgoing links with healthy partners: their lower
+// median (most partners are healthy; the fastest link alone would follow one probe that read a
+// link too fast), and likewise for receiving. A rank's slowdown l = (its slower side) / (the median
 // rank's); ranks with l >= the threshold are degraded (OptCC's stragglers, §2).
 #pragma once
 
@@ -71,8 +72,8 @@ LinkModel estimate_link(double t_many, double t_one, double t_half, int messages
 
 struct LinkAnalysis {
   LinkModel reference;             // median alpha and beta over links between healthy ranks
-  std::vector<double> send_beta;   // per rank: fastest outgoing link (s/B), -1 unknown
-  std::vector<double> recv_beta;   // per rank: fastest incoming link (s/B), -1 unknown
+  std::vector<double> send_beta;   // per rank: lower median of its outgoing links (s/B), -1 unknown
+  std::vector<double> recv_beta;   // per rank: lower median of its incoming links (s/B), -1 unknown
   std::vector<double> slowdown;    // per rank, >= 1 (1 for healthy or unknown ranks)
   std::vector<Slowdown> degraded;  // ranks with slowdown >= threshold, by rank
 };
@@ -82,5 +83,17 @@ struct LinkAnalysis {
 // the default LinkModel and no degraded rank. Throws stragg::Error if links.size() != n*n or
 // threshold < 1.
 LinkAnalysis analyze_links(const std::vector<LinkModel>& links, int n, double threshold);
+
+// True if `fresh` names a degraded rank that `current` does not, with a factor below `sure`:
+// such a small factor is within reach of one probe's noise (a host briefly short of CPU reads
+// 1.1 slow), so the verdict is confirmed by a second probe before the planner acts on it.
+bool needs_confirmation(const LinkAnalysis& fresh, const std::vector<Slowdown>& current,
+                        double sure);
+
+// Two probes of the same n x n links combined: every link's faster reading (alpha and beta
+// each the smaller one; unmeasured where either is), since noise only ever slows a probe. A
+// degraded link reads slow in both. Throws stragg::Error if the sizes differ.
+std::vector<LinkModel> faster_links(const std::vector<LinkModel>& a,
+                                    const std::vector<LinkModel>& b);
 
 }  // namespace stragg

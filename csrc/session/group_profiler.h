@@ -45,7 +45,8 @@ class GroupProfiler {
   void after_call(Executor& ex, const InternalSpec& spec, const CallRecord& record,
                   std::chrono::milliseconds timeout);
   // Worker thread, collective: measures alpha/beta of every link and installs the combined model
-  // in the planner.
+  // in the planner. A probe that newly finds a rank slightly slow (below kSureFactor) is
+  // confirmed by a second one (needs_confirmation / faster_links, plan/link_probe.h).
   void probe_links(Executor& ex, const InternalSpec& spec, std::chrono::milliseconds timeout);
 
   bool enabled() const;
@@ -77,6 +78,7 @@ class GroupProfiler {
                                       std::chrono::milliseconds timeout, size_t bytes_each,
                                       int repetitions);
   std::vector<LinkModel> network_links(const std::vector<LinkModel>& matrix) const;
+  bool several_hosts() const;  // the group spans hosts (only then can links be degraded)
 
   const int rank_;
   const int n_;

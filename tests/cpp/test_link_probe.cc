@@ -97,6 +97,10 @@ TEST(LinkProbe, DirectedPlansMirrorEachOther) {
     ASSERT_EQ(ack_r.sends.size(), 1u);
     EXPECT_EQ(ack_s.recvs[0].count, 1u);
     EXPECT_EQ(ack_r.sends[0].count, 1u);
+    // It reads the payload's last landed element: the executor sends it only after the payload
+    // arrived (else a warm TCP socket buffer makes the sender time its own buffering).
+    const PlanOp& last = rcv.steps[rcv.steps.size() - 2].recvs[0];
+    EXPECT_EQ(ack_r.sends[0].offset, last.offset + last.count - 1);
   }
   // The shapes use different step ids (partners that disagree notice).
   std::multiset<uint32_t> ids;
@@ -196,6 +200,39 @@ TEST(LinkAnalysis, NoiseBelowTheThresholdIsNotADegradedLink) {
   EXPECT_EQ(e.send_beta[0], -1);
   EXPECT_THROW(analyze_links(none, 2, 1.1), Error);
   EXPECT_THROW(analyze_links(none, 3, 0.5), Error);
+}
+
+// p = 8, host 7 at l = 1.14: one probe read healthy host 0 at 1.12 as well. A newly slow rank
+// below the sure factor asks for a second probe; each link's faster reading of the two decides,
+// so a host slowed for one probe only drops out while the degraded one stays.
+TEST(LinkAnalysis, SmallNewFactorsAreConfirmedByASecondProbe) {
+  const double beta = 1.0 / 18.75e6;  // 150 Mbit/s
+  const std::vector<double> ones(8, 1.0);
+  std::vector<double> first_send = ones, second_send = ones;
+  first_send[0] = 1.12;
+  first_send[7] = second_send[7] = 1.21;
+  const auto first = network(first_send, first_send, beta);
+  const auto second = network(second_send, second_send, beta);
+  const LinkAnalysis a = analyze_links(first, 8, 1.08);
+  ASSERT_EQ(a.degraded.size(), 2u);
+  EXPECT_TRUE(needs_confirmation(a, {}, 1.25));
+  // Already known slow ranks, or a factor past the sure one, need no second probe.
+  EXPECT_FALSE(needs_confirmation(a, {{0, 1.1}, {7, 1.2}}, 1.25));
+  EXPECT_FALSE(needs_confirmation(a, {}, 1.1));
+  const LinkAnalysis both = analyze_links(faster_links(first, second), 8, 1.08);
+  ASSERT_EQ(both.degraded.size(), 1u);
+  EXPECT_EQ(both.degraded[0].rank, 7);
+  EXPECT_NEAR(both.degraded[0].factor, 1.21, 1e-9);
+  // Unmeasured in either probe: unmeasured; different sizes: an error naming both.
+  std::vector<LinkModel> gap = second;
+  gap[1] = LinkModel{-1, -1};
+  EXPECT_EQ(faster_links(first, gap)[1].alpha_s, -1);
+  try {
+    faster_links(first, std::vector<LinkModel>(4));
+    FAIL() << "sizes differ";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("64 and 4 links"), std::string::npos) << e.what();
+  }
 }
 
 }  // namespace
