@@ -219,10 +219,10 @@ bool needs_confirmation(const LinkAnalysis& fresh, const std::vector<Slowdown>& 
   return false;
 }
 
-std::vector<LinkModel> faster_links(const std::vector<LinkModel>& a,
-                                    const std::vector<LinkModel>& b) {
+std::vector<LinkModel> average_links(const std::vector<LinkModel>& a,
+                                     const std::vector<LinkModel>& b) {
   if (a.size() != b.size()) {
-    throw Error("stragg: faster_links: the probes measured " + std::to_string(a.size()) +
+    throw Error("stragg: average_links: the probes measured " + std::to_string(a.size()) +
                 " and " + std::to_string(b.size()) + " links");
   }
   std::vector<LinkModel> out(a.size());
@@ -231,8 +231,8 @@ std::vector<LinkModel> faster_links(const std::vector<LinkModel>& a,
       out[i].alpha_s = out[i].beta_s_per_byte = -1;
       continue;
     }
-    out[i].alpha_s = std::min(a[i].alpha_s, b[i].alpha_s);
-    out[i].beta_s_per_byte = std::min(a[i].beta_s_per_byte, b[i].beta_s_per_byte);
+    out[i].alpha_s = 0.5 * (a[i].alpha_s + b[i].alpha_s);
+    out[i].beta_s_per_byte = 0.5 * (a[i].beta_s_per_byte + b[i].beta_s_per_byte);
   }
   return out;
 }

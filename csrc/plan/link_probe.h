@@ -90,10 +90,11 @@ LinkAnalysis analyze_links(const std::vector<LinkModel>& links, int n, double th
 bool needs_confirmation(const LinkAnalysis& fresh, const std::vector<Slowdown>& current,
                         double sure);
 
-// Two probes of the same n x n links combined: every link's faster reading (alpha and beta
-// each the smaller one; unmeasured where either is), since noise only ever slows a probe. A
-// degraded link reads slow in both. Throws stragg::Error if the sizes differ.
-std::vector<LinkModel> faster_links(const std::vector<LinkModel>& a,
-                                    const std::vector<LinkModel>& b);
+// Two probes of the same n x n links combined: every link's mean of the two readings (alpha and
+// beta each; unmeasured where either is). Noise of either sign averages out (the faster reading
+// would not do: a shaper's burst makes a slow link read fast too, and two chances at it erased a
+// real l = 1.14). Throws stragg::Error if the sizes differ.
+std::vector<LinkModel> average_links(const std::vector<LinkModel>& a,
+                                     const std::vector<LinkModel>& b);
 
 }  // namespace stragg

@@ -20,7 +20,7 @@ constexpr int kProbeRepetitions = 5;
 // predicted gain of 5% or more.
 constexpr double kDegradedThreshold = 1.08;
 // A newly degraded rank below this factor is confirmed by a second probe first (the links'
-// faster readings of the two decide): on the emulated 8-host cluster one probe read a healthy
+// mean readings of the two decide): on the emulated 8-host cluster one probe read a healthy
 // host at 1.12, and Auto, costing two slow hosts, kept Ring where OptCC was 14% faster.
 constexpr double kSureFactor = 1.25;
 // Step times drifted when the measured/model ratio moves this far from the one after the last
@@ -213,8 +213,8 @@ void GroupProfiler::probe_links(Executor& ex, const InternalSpec& spec,
       log_info("stragg: rank " + std::to_string(rank_) + " of group '" + group_ +
                "': link probe: " + degraded_text(first.degraded) + "; probing again to confirm");
       const double first_cost = probe_cost_s_;
-      matrix = faster_links(matrix, probe_matrix(ex, spec, timeout, kProbeBytes,
-                                                 kProbeRepetitions));
+      matrix = average_links(matrix, probe_matrix(ex, spec, timeout, kProbeBytes,
+                                                  kProbeRepetitions));
       probe_cost_s_ += first_cost;
     }
   }

@@ -46,7 +46,7 @@ class GroupProfiler {
                   std::chrono::milliseconds timeout);
   // Worker thread, collective: measures alpha/beta of every link and installs the combined model
   // in the planner. A probe that newly finds a rank slightly slow (below kSureFactor) is
-  // confirmed by a second one (needs_confirmation / faster_links, plan/link_probe.h).
+  // confirmed by a second one (needs_confirmation / average_links, plan/link_probe.h).
   void probe_links(Executor& ex, const InternalSpec& spec, std::chrono::milliseconds timeout);
 
   bool enabled() const;

@@ -203,8 +203,8 @@ TEST(LinkAnalysis, NoiseBelowTheThresholdIsNotADegradedLink) {
 }
 
 // p = 8, host 7 at l = 1.14: one probe read healthy host 0 at 1.12 as well. A newly slow rank
-// below the sure factor asks for a second probe; each link's faster reading of the two decides,
-// so a host slowed for one probe only drops out while the degraded one stays.
+// below the sure factor asks for a second probe; each link's mean reading of the two decides,
+// so a host slowed for one probe only drops below the threshold while the degraded one stays.
 TEST(LinkAnalysis, SmallNewFactorsAreConfirmedByASecondProbe) {
   const double beta = 1.0 / 18.75e6;  // 150 Mbit/s
   const std::vector<double> ones(8, 1.0);
@@ -219,16 +219,16 @@ TEST(LinkAnalysis, SmallNewFactorsAreConfirmedByASecondProbe) {
   // Already known slow ranks, or a factor past the sure one, need no second probe.
   EXPECT_FALSE(needs_confirmation(a, {{0, 1.1}, {7, 1.2}}, 1.25));
   EXPECT_FALSE(needs_confirmation(a, {}, 1.1));
-  const LinkAnalysis both = analyze_links(faster_links(first, second), 8, 1.08);
+  const LinkAnalysis both = analyze_links(average_links(first, second), 8, 1.08);
   ASSERT_EQ(both.degraded.size(), 1u);
   EXPECT_EQ(both.degraded[0].rank, 7);
   EXPECT_NEAR(both.degraded[0].factor, 1.21, 1e-9);
   // Unmeasured in either probe: unmeasured; different sizes: an error naming both.
   std::vector<LinkModel> gap = second;
   gap[1] = LinkModel{-1, -1};
-  EXPECT_EQ(faster_links(first, gap)[1].alpha_s, -1);
+  EXPECT_EQ(average_links(first, gap)[1].alpha_s, -1);
   try {
-    faster_links(first, std::vector<LinkModel>(4));
+    average_links(first, std::vector<LinkModel>(4));
     FAIL() << "sizes differ";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("64 and 4 links"), std::string::npos) << e.what();
