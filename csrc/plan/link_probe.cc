@@ -90,7 +90,7 @@ RankPlan link_probe_plan(int n, int rank, int round, int direction, int messages
     }
     plan.steps.push_back(std::move(s));
   };
-  // Step ids: many 0..m-1 (ack m+2), one m (ack m+1), half m+3 (ack m+4).
+  // Step ids: many 0..m-1 (ack m+2), one m (ack m+1).
   const uint32_t um = static_cast<uint32_t>(messages);
   uint32_t ack_id = 0;
   switch (shape) {
@@ -101,10 +101,6 @@ RankPlan link_probe_plan(int n, int rank, int round, int direction, int messages
     case ProbeShape::kOne:
       payload(um, 0, total);
       ack_id = um + 1;
-      break;
-    case ProbeShape::kHalf:
-      payload(um + 3, 0, std::max<size_t>(1, total / 2));
-      ack_id = um + 4;
       break;
   }
   PlanStep ack;
@@ -122,30 +118,20 @@ RankPlan link_probe_plan(int n, int rank, int round, int direction, int messages
   return plan;
 }
 
-LinkModel estimate_link(double t_many, double t_one, double t_half, int messages,
-                        size_t bytes_each) {
+LinkModel estimate_link(double t_many, double t_one, int messages, size_t bytes_each) {
   if (messages < 2)
     throw Error("stragg: estimate_link: needs messages >= 2, got " + std::to_string(messages));
   if (bytes_each < 1) throw Error("stragg: estimate_link: bytes_each must be >= 1, got 0");
-  for (double t : {t_many, t_one, t_half}) {
+  for (double t : {t_many, t_one}) {
     if (!std::isfinite(t) || t < 0)
       throw Error("stragg: estimate_link: times must be finite and >= 0, got t_many=" +
-                  std::to_string(t_many) + " t_one=" + std::to_string(t_one) +
-                  " t_half=" + std::to_string(t_half));
+                  std::to_string(t_many) + " t_one=" + std::to_string(t_one));
   }
   LinkModel link;
   link.alpha_s = std::max(kMinProbeAlpha, (t_many - t_one) / (messages - 1));
-  const size_t total = static_cast<size_t>(messages) * bytes_each;
-  const double bytes = static_cast<double>(total);
-  const double half = static_cast<double>(std::max<size_t>(1, total / 2));
-  const double diff = (t_one - t_half) / (bytes - half);
+  const double bytes = static_cast<double>(static_cast<size_t>(messages) * bytes_each);
   const double whole = t_one - 2 * link.alpha_s;
-  // The difference cancels what every transfer pays once; it is trusted only while it is
-  // consistent with the whole transfer (within a factor 1.5): transfers still ramping up (TCP
-  // after idle) take about as long at both sizes, which would make the link look infinitely fast.
-  double beta = whole > 0 ? whole / bytes : t_one / bytes;
-  if (diff > 0 && diff * 1.5 >= beta && diff <= beta * 1.5) beta = diff;
-  link.beta_s_per_byte = std::max(kMinProbeBeta, beta);
+  link.beta_s_per_byte = std::max(kMinProbeBeta, (whole > 0 ? whole : t_one) / bytes);
   return link;
 }
 

@@ -2,13 +2,14 @@
 //
 // Probes. On each directed link a -> b, a sends `messages` messages of `bytes_each` bytes back to
 // back, then waits for a one-element acknowledgement from b; then it sends one message of
-// messages*bytes_each bytes, and one of half that, each followed by the acknowledgement. With
-// t = alpha + bytes * beta per message (the acknowledgement costs about one alpha):
-//   t_many = m alpha + m s beta + alpha,   t_one = 2 alpha + m s beta,   t_half = 2 alpha + m s beta / 2
-//   => alpha = (t_many - t_one) / (m - 1),  beta = (t_one - t_half) / (m s / 2).
-// Taking beta from the difference of two sizes cancels what every transfer pays once besides
-// alpha (e.g. a shaper's burst); it is used only when consistent with the whole transfer's rate
-// (short TCP transfers that are still ramping up take about as long at both sizes).
+// messages*bytes_each bytes, followed by the acknowledgement. With t = alpha + bytes * beta per
+// message (the acknowledgement costs about one alpha):
+//   t_many = m alpha + m s beta + alpha,   t_one = 2 alpha + m s beta
+//   => alpha = (t_many - t_one) / (m - 1),  beta = (t_one - 2 alpha) / (m s).
+// (Beta used to come from the difference of a whole and a half transfer, meant to cancel a
+// shaper's burst; measured on the emulated 8-host cluster it was the noisier one: healthy hosts
+// read up to 1.07 slow and a 1.14 host 1.05-1.16, against 1.005 and 1.07-1.14 from the whole
+// transfer.)
 // The sender times both, so the estimate belongs to the direction a -> b. All ranks probe
 // concurrently in the rounds of a round-robin tournament, each round in two halves (the lower
 // rank of each pair sends, then the higher), so every directed link is measured exactly once with
@@ -44,9 +45,9 @@ int probe_partner(int n, int round, int rank);
 // sends, 1: the higher) of `round`.
 bool probe_sends(int n, int round, int direction, int rank);
 
-// What one probe transfer sends: `messages` messages of `elems` (kMany), one of messages*elems
-// (kOne), or one of half that (kHalf).
-enum class ProbeShape { kMany, kOne, kHalf };
+// What one probe transfer sends: `messages` messages of `elems` (kMany) or one of
+// messages*elems (kOne).
+enum class ProbeShape { kMany, kOne };
 
 // Plan for `rank` in half `direction` of `round`: the sender sends the payload of `shape`, then
 // receives a one-element acknowledgement; the receiver mirrors it. Buffer: 2*messages*elems
@@ -63,12 +64,10 @@ constexpr double kMinProbeAlpha = 1e-9;  // s
 constexpr double kMinProbeBeta = 1e-15;  // s per byte (1 PB/s)
 
 // alpha = (t_many - t_one)/(messages - 1), clamped to >= kMinProbeAlpha;
-// beta = (t_one - t_half)/(bytes of one - bytes of half) when that is within a factor 1.5 of
-// (t_one - 2 alpha)/(messages * bytes_each), else the latter (t_one/bytes if that is not
-// positive); clamped to >= kMinProbeBeta.
+// beta = (t_one - 2 alpha)/(messages * bytes_each) (t_one/bytes if that is not positive),
+// clamped to >= kMinProbeBeta.
 // Throws stragg::Error for messages < 2, bytes_each < 1 or negative / non-finite times.
-LinkModel estimate_link(double t_many, double t_one, double t_half, int messages,
-                        size_t bytes_each);
+LinkModel estimate_link(double t_many, double t_one, int messages, size_t bytes_each);
 
 struct LinkAnalysis {
   LinkModel reference;             // median alpha and beta over links between healthy ranks

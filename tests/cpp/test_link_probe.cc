@@ -66,7 +66,7 @@ TEST(LinkProbe, DirectedPlansMirrorEachOther) {
   const size_t elems = 3;
   const int peer = probe_partner(n, round, 0);
   ASSERT_GT(peer, 0);  // rank 0 is the lower rank: it sends in direction 0
-  for (ProbeShape shape : {ProbeShape::kMany, ProbeShape::kOne, ProbeShape::kHalf}) {
+  for (ProbeShape shape : {ProbeShape::kMany, ProbeShape::kOne}) {
     const bool many = shape == ProbeShape::kMany;
     const RankPlan snd = link_probe_plan(n, 0, round, 0, m, elems, shape);
     const RankPlan rcv = link_probe_plan(n, peer, round, 0, m, elems, shape);
@@ -88,7 +88,7 @@ TEST(LinkProbe, DirectedPlansMirrorEachOther) {
       EXPECT_FALSE(rcv.steps[i].recvs[0].reduce);
       sent += snd.steps[i].sends[0].count;
     }
-    EXPECT_EQ(sent, shape == ProbeShape::kHalf ? m * elems / 2 : m * elems);
+    EXPECT_EQ(sent, m * elems);
     // The acknowledgement goes back.
     const PlanStep& ack_s = snd.steps.back();
     const PlanStep& ack_r = rcv.steps.back();
@@ -104,7 +104,7 @@ TEST(LinkProbe, DirectedPlansMirrorEachOther) {
   }
   // The shapes use different step ids (partners that disagree notice).
   std::multiset<uint32_t> ids;
-  for (ProbeShape shape : {ProbeShape::kMany, ProbeShape::kOne, ProbeShape::kHalf}) {
+  for (ProbeShape shape : {ProbeShape::kMany, ProbeShape::kOne}) {
     for (const auto& s : link_probe_plan(n, 0, round, 0, m, elems, shape).steps) ids.insert(s.id);
   }
   for (uint32_t id : ids) EXPECT_EQ(ids.count(id), 1u) << id;
@@ -116,38 +116,34 @@ TEST(LinkProbe, DirectedPlansMirrorEachOther) {
   EXPECT_THROW(link_probe_plan(4, 0, 0, 0, 0, 3, ProbeShape::kMany), Error);
   EXPECT_THROW(link_probe_plan(4, 0, 0, 0, 2, 0, ProbeShape::kOne), Error);
   EXPECT_THROW(link_probe_plan(4, 0, 3, 0, 2, 3, ProbeShape::kOne), Error);
-  EXPECT_THROW(link_probe_plan(4, 0, 0, 5, 2, 3, ProbeShape::kHalf), Error);
+  EXPECT_THROW(link_probe_plan(4, 0, 0, 5, 2, 3, ProbeShape::kOne), Error);
 }
 
 TEST(LinkProbe, EstimateLinkRecoversAlphaBeta) {
   const double alpha = 20e-6, beta = 1.0 / 5e9;
   const int m = 8;
   const size_t s = 64 * 1024;
-  // m messages then an acknowledgement, against one message (and half of one) then one; every
-  // transfer also gets a burst of 64 KiB at 10x the rate for free (a token bucket).
-  const double burst = 64 * 1024 * beta * 0.9;
-  const double t_many = m * (alpha + s * beta) + alpha - burst;
-  const double t_one = alpha + m * s * beta + alpha - burst;
-  const double t_half = alpha + m * s * beta / 2 + alpha - burst;
-  const LinkModel l = estimate_link(t_many, t_one, t_half, m, s);
+  // m messages then an acknowledgement, against one message of m*s then one.
+  const double t_many = m * (alpha + s * beta) + alpha;
+  const double t_one = alpha + m * s * beta + alpha;
+  const LinkModel l = estimate_link(t_many, t_one, m, s);
   EXPECT_NEAR(l.alpha_s, alpha, alpha * 1e-9);
-  EXPECT_NEAR(l.beta_s_per_byte, beta, beta * 1e-9);  // the burst cancels out
-  // Noise that makes the many-message run faster: alpha clamps to a tiny positive value.
-  const LinkModel c = estimate_link(0.001, 0.002, 0.0015, m, s);
+  EXPECT_NEAR(l.beta_s_per_byte, beta, beta * 1e-9);
+  // Noise that makes the many-message run faster: alpha clamps to a tiny positive value and
+  // beta comes from the whole transfer.
+  const LinkModel c = estimate_link(0.001, 0.002, m, s);
   EXPECT_EQ(c.alpha_s, kMinProbeAlpha);
-  // A half transfer no faster than the full one (noise, or TCP ramping up): beta from the
-  // full one alone.
-  const LinkModel f = estimate_link(0.003, 0.002, 0.0021, m, s);
-  EXPECT_NEAR(f.beta_s_per_byte, (0.002 - 2 * f.alpha_s) / (m * double(s)), 1e-18);
-  const LinkModel g = estimate_link(0.003, 0.002, 0.0019, m, s);  // difference 10x too small
-  EXPECT_NEAR(g.beta_s_per_byte, (0.002 - 2 * g.alpha_s) / (m * double(s)), 1e-18);
-  const LinkModel z = estimate_link(0.0, 0.0, 0.0, m, s);
+  EXPECT_NEAR(c.beta_s_per_byte, (0.002 - 2 * kMinProbeAlpha) / (m * double(s)), 1e-18);
+  // An alpha that would leave the transfer no time (many messages stalled): beta from t_one.
+  const LinkModel f = estimate_link(0.010, 0.002, m, s);
+  EXPECT_NEAR(f.beta_s_per_byte, 0.002 / (m * double(s)), 1e-18);
+  const LinkModel z = estimate_link(0.0, 0.0, m, s);
   EXPECT_GT(z.alpha_s, 0.0);
   EXPECT_GT(z.beta_s_per_byte, 0.0);
-  EXPECT_THROW(estimate_link(1, 1, 1, 1, s), Error);
-  EXPECT_THROW(estimate_link(1, 1, 1, m, 0), Error);
-  EXPECT_THROW(estimate_link(-1, 1, 1, m, s), Error);
-  EXPECT_THROW(estimate_link(1, 1, NAN, m, s), Error);
+  EXPECT_THROW(estimate_link(1, 1, 1, s), Error);
+  EXPECT_THROW(estimate_link(1, 1, m, 0), Error);
+  EXPECT_THROW(estimate_link(-1, 1, m, s), Error);
+  EXPECT_THROW(estimate_link(1, NAN, m, s), Error);
 }
 
 // A matrix where a link i -> j runs at the slower of i's send side and j's receive side.
