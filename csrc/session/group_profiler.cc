@@ -251,13 +251,13 @@ std::vector<LinkModel> GroupProfiler::probe_matrix(Executor& ex, const InternalS
   return matrix;
 }
 
-// The links between hosts (the others marked unmeasured) when the group spans several hosts,
-// else all of them.
 bool GroupProfiler::several_hosts() const {
   return host_of_.size() == static_cast<size_t>(n_) &&
          std::any_of(host_of_.begin(), host_of_.end(), [&](int h) { return h != host_of_[0]; });
 }
 
+// The links between hosts (the others marked unmeasured) when the group spans several hosts,
+// else all of them.
 std::vector<LinkModel> GroupProfiler::network_links(const std::vector<LinkModel>& matrix) const {
   std::vector<LinkModel> out = matrix;
   const size_t n = static_cast<size_t>(n_);
