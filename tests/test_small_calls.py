@@ -67,3 +67,32 @@ def test_small_calls_exact_identical_and_recorded(ws: int, inline_bytes: str) ->
         assert v["plans"][0] == "rd", v["plans"]
         if inline_bytes != "0":
             assert v["small_completed_on_return"], f"rank {rank}: inline call not complete"
+
+
+def profiled_calls_worker(rank: int, ws: int) -> dict[str, Any]:
+    # Without a profiler the Work carries no title (no RecordFunction per call); under
+    # torch.profiler every stragg all_reduce, inline or on the worker, is a named event.
+    plain = torch.ones(8)
+    dist.all_reduce(plain)
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+        small = torch.ones(8)
+        dist.all_reduce(small)
+        large = torch.ones(200_000)
+        dist.all_reduce(large, async_op=True).wait()
+        coalesced = [torch.ones(3), torch.ones(5)]
+        dist.all_reduce_coalesced(coalesced)
+    names = [e.name for e in prof.events()]
+    return {
+        "all_reduce_events": names.count("stragg:all_reduce"),
+        "coalesced_events": names.count("stragg:all_reduce_coalesced"),
+        "exact": bool(torch.equal(small, torch.full((8,), float(ws)))
+                      and torch.equal(large, torch.full((200_000,), float(ws)))
+                      and torch.equal(coalesced[1], torch.full((5,), float(ws)))),
+    }
+
+
+def test_profiler_names_stragg_calls() -> None:
+    for rank, v in enumerate(h.run_ranks(2, profiled_calls_worker).values()):
+        assert v["exact"], f"rank {rank}: wrong result under the profiler"
+        assert v["all_reduce_events"] == 2, f"rank {rank}: {v}"
+        assert v["coalesced_events"] == 1, f"rank {rank}: {v}"

@@ -24,15 +24,22 @@ void Executor::run(const RankPlan& plan, const CollectiveSpec& spec, void* buf,
   publish(spec, Progress::kStarting, {});
   Stall stall(transport_, spec, start, timeout);
   StepWindow window(transport_, plan, spec, static_cast<uint8_t*>(buf), lookahead_, stats_);
+  int32_t doing_step = -1;
+  std::string doing;
   try {
     while (!window.done()) {
       const uint64_t token = transport_.activity_token();
       if (window.progress()) continue;
       const auto now = Clock::now();
-      const std::vector<int> awaited = window.awaited();
+      window.awaited(awaited_);
       const int32_t step = static_cast<int32_t>(window.current_step());
-      publish(spec, step, awaited);
-      stall.check(now, awaited, "in step " + std::to_string(step));
+      // Published when it changes: a small call waits once or twice per step.
+      if (step != progress_.step || awaited_ != progress_.awaiting) publish(spec, step, awaited_);
+      if (step != doing_step) {
+        doing_step = step;
+        doing = "in step " + std::to_string(step);
+      }
+      stall.check(now, awaited_, doing);
       const auto left = std::chrono::duration_cast<std::chrono::microseconds>(stall.deadline() - now);
       transport_.wait_for_activity(
           token, std::min<std::chrono::microseconds>(left, std::chrono::milliseconds(100)));
@@ -51,12 +58,11 @@ void Executor::run(const RankPlan& plan, const CollectiveSpec& spec, void* buf,
 }
 
 void Executor::publish(const CollectiveSpec& spec, int32_t step, const std::vector<int>& awaiting) {
-  Progress p;
-  p.seq = static_cast<int64_t>(spec.seq);
-  p.call = spec.call;
-  p.step = step;
-  p.awaiting = awaiting;
-  transport_.publish_progress(p);
+  progress_.seq = static_cast<int64_t>(spec.seq);
+  progress_.call = spec.call;
+  progress_.step = step;
+  progress_.awaiting.assign(awaiting.begin(), awaiting.end());  // keeps its capacity
+  transport_.publish_progress(progress_);
 }
 
 int Executor::agree_on_straggler(const CollectiveSpec& spec, std::chrono::microseconds window,

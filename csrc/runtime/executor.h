@@ -63,6 +63,10 @@ class Executor {
   Transport& transport_;
   size_t lookahead_;
   ExecutorStats stats_;
+  // Reused by every run (no allocation per wait): the last published progress and the peers
+  // awaited now.
+  Progress progress_;
+  std::vector<int> awaited_;
 };
 
 }  // namespace stragg

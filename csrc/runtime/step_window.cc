@@ -183,12 +183,12 @@ bool StepWindow::progress() {
   return moved;
 }
 
-std::vector<int> StepWindow::awaited() const {
+void StepWindow::awaited(std::vector<int>& out) const {
   // Ops still waiting for an earlier op of this rank wait for that op, not for their peer.
   auto runnable = [this](const std::vector<Dep>& deps) {
     return std::all_of(deps.begin(), deps.end(), [this](const Dep& d) { return dep_satisfied(d); });
   };
-  std::vector<int> out;
+  out.clear();
   for (const Active& a : active_) {
     for (size_t i = 0; i < a.recvs.size(); ++i)
       if (!a.recvs[i].done && runnable(a.recv_deps[i])) out.push_back(a.recvs[i].peer);
@@ -197,7 +197,6 @@ std::vector<int> StepWindow::awaited() const {
   }
   std::sort(out.begin(), out.end());
   out.erase(std::unique(out.begin(), out.end()), out.end());
-  return out;
 }
 
 }  // namespace stragg

@@ -53,8 +53,8 @@ class StepWindow {
   bool progress();
   bool done() const { return retired_ == plan_.steps.size(); }
   // Peers this rank waits for: those of the unfinished ops of the posted steps that wait for no
-  // earlier op of this rank, sorted, once each.
-  std::vector<int> awaited() const;
+  // earlier op of this rank, sorted, once each (into `out`, whose capacity is reused).
+  void awaited(std::vector<int>& out) const;
   // Index of the earliest step not completed yet (== number of steps when done).
   size_t current_step() const { return retired_; }
   // When the last pre-arrival step completed (time_point{} if none did).

@@ -107,12 +107,40 @@ uint64_t Session::submit(AllreduceCall call) {
                 " on a process group that was " + *why);
   }
   std::unique_lock<std::mutex> lock(submit_mu_);
+  const int64_t bytes = static_cast<int64_t>(call.numel * dtype_size(call.dtype));
+  if (static_cast<size_t>(bytes) <= opt_.settings.inline_bytes && worker_->claim_inline()) {
+    // A small call and nothing queued or running: it runs here, now, and is complete when
+    // submit returns (no hand-off to the worker and back, which costs as much as the call).
+    // Large calls keep running behind the caller's back (DDP overlaps them with backward). The
+    // claim keeps later submissions behind this one; the lock is released first, since the
+    // call may abort the session (which takes it). The call and its record live on this stack
+    // and the job's closures hold one pointer each (std::function stores them in place): no
+    // allocation for the hand-over.
+    CallRecord record;
+    record.seq = next_seq_++;
+    record.numel = static_cast<int64_t>(call.numel);
+    record.bytes = bytes;
+    lock.unlock();
+    struct Inline {
+      Session* session;
+      AllreduceCall* call;
+      CallRecord* record;
+    } here{this, &call, &record};
+    SerialWorker::Job job;
+    job.run = [h = &here] { h->session->run_call(*h->call, *h->record); };
+    job.finish = [h = &here](std::exception_ptr error) {
+      h->session->finish_call(*h->call, *h->record, error);
+    };
+    const uint64_t seq = record.seq;
+    worker_->run_claimed(job);
+    return seq;
+  }
   const auto enqueued = Clock::now();
   auto shared = std::make_shared<AllreduceCall>(std::move(call));
   auto record = std::make_shared<CallRecord>();
   record->seq = next_seq_;
   record->numel = static_cast<int64_t>(shared->numel);
-  record->bytes = static_cast<int64_t>(shared->numel * dtype_size(shared->dtype));
+  record->bytes = bytes;
   SerialWorker::Job job;
   job.run = [this, shared, record, enqueued] {
     record->queued_s = seconds_since(enqueued);
@@ -121,18 +149,6 @@ uint64_t Session::submit(AllreduceCall call) {
   job.finish = [this, shared, record](std::exception_ptr error) {
     finish_call(*shared, *record, error);
   };
-  if (static_cast<size_t>(record->bytes) <= opt_.settings.inline_bytes &&
-      worker_->claim_inline()) {
-    // A small call and nothing queued or running: it runs here, now, and is complete when
-    // submit returns (no hand-off to the worker and back, which costs as much as the call).
-    // Large calls keep running behind the caller's back (DDP overlaps them with backward). The
-    // claim keeps later submissions behind this one; the lock is released first, since the
-    // call may abort the session (which takes it).
-    const uint64_t seq = next_seq_++;
-    lock.unlock();
-    worker_->run_claimed(job);
-    return seq;
-  }
   return enqueue(std::move(job), shared->name, [shared](std::exception_ptr e) { shared->done(e); });
 }
 
