@@ -6,7 +6,8 @@ sizes, reps, backends, timeout_s). Rank 0 prints one line `RESULT <json>`.
 Every backend gets its own group; the control group (Gloo, the default group) carries the
 barriers and the max-reduction of the per-rank times. Before timing, each stragg group probes its
 links (stragg.profiler.measure_links), so the planner knows the degraded ranks from the first call.
-Backends are interleaved repetition by repetition (rotating order) so that noise hits them alike;
+Backends are interleaved repetition by repetition (in a seeded random order per repetition, the
+same on every rank) so that noise and any after-effect of the previous call hit them alike;
 the first call of each is a warm-up and its result is checked exactly (integer-valued float32 data),
 as is the last; all stragg variants must agree bitwise.
 """
@@ -16,6 +17,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import random
 import time
 from datetime import timedelta
 from typing import Any
@@ -69,9 +71,12 @@ def main() -> None:
         samples: dict[str, list[float]] = {b: [] for b in groups}
         digests: dict[str, str] = {}
         busy0, total0 = cpu_times()
-        order = list(groups)
         for rep in range(cfg["reps"] + 1):
-            for b in order[rep % len(order):] + order[: rep % len(order)]:
+            # A fresh order per repetition, the same on every rank: a rotation would keep each
+            # backend behind the same predecessor, whose after-effects it would always pay.
+            order = list(groups)
+            random.Random(f"{nbytes}/{rep}").shuffle(order)
+            for b in order:
                 buf.copy_(src)
                 dist.barrier()
                 t0 = time.perf_counter()
