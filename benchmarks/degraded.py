@@ -7,7 +7,7 @@ For each host count p, one stragg.emucluster cluster (p network namespaces on a 
 host link shaped to --rate both ways with tc htb) runs benchmarks/_degraded_worker.py on every
 host: first with all links healthy (T0 = Gloo there), then with host p-1's link at rate/l for
 each l (re-shaped in place). Columns per (p, l, size), median of --reps interleaved repetitions
-(spread min..max in --json):
+(spread = (max - min) / median and iqr = interquartile range / median in --json):
 
   gloo        Gloo's all_reduce (a ring) on the degraded network
   ring        stragg's Ring (STRAGG_ALGO=ring)
@@ -118,9 +118,12 @@ def make_row(p: int, l: float, r: dict[str, Any], t0: float, probe: dict[str, An
     for col in COLUMNS:
         e = r[col]
         plan = e.get("plan", "ring")
+        q1, _, q3 = statistics.quantiles(e["samples_s"], n=4) if len(e["samples_s"]) > 1 else (
+            e["median_s"], 0, e["median_s"])
         row[SHORT[col]] = {
             "median_s": e["median_s"], "min_s": e["min_s"], "max_s": e["max_s"],
-            "spread": (e["max_s"] - e["min_s"]) / e["median_s"], "plan": plan,
+            "spread": (e["max_s"] - e["min_s"]) / e["median_s"], "iqr": (q3 - q1) / e["median_s"],
+            "plan": plan,
             "model_s": model_s(plan, p, l, nbytes, alpha, beta),
             "per_t0": e["median_s"] / t0, "per_bound": e["median_s"] / row["bound_s"],
         }
@@ -133,7 +136,7 @@ def make_row(p: int, l: float, r: dict[str, Any], t0: float, probe: dict[str, An
 
 HEADER = (f"{'p':>2} {'l':>5} {'size':>6} {'T0':>6} {'gloo':>6} {'ring':>6} {'auto':>6} "
           f"{'optcc':>6} {'bound':>6} {'auto/bnd':>8} {'gloo/auto':>9} {'cpu':>4}  auto plan "
-          "[spread]  detected")
+          "[auto spread, auto iqr; ring spread]  detected")
 
 
 def print_row(r: dict[str, Any]) -> None:
@@ -146,7 +149,8 @@ def print_row(r: dict[str, Any]) -> None:
           f"{r['ring']['median_s']:>6.3f} {r['auto']['median_s']:>6.3f} "
           f"{r['optcc']['median_s']:>6.3f} {r['bound_s']:>6.3f} {r['auto']['per_bound']:>8.3f} "
           f"{r['auto_vs_gloo']:>9.3f} {r['cpu_busy'] * 100:>3.0f}%  {r['auto']['plan']} "
-          f"[{r['auto']['spread'] * 100:.0f}%]  {det}", flush=True)
+          f"[{r['auto']['spread'] * 100:.0f}%, iqr {r['auto']['iqr'] * 100:.0f}%; ring "
+          f"{r['ring']['spread'] * 100:.0f}%]  {det}", flush=True)
 
 
 def plot(rows: list[dict[str, Any]], path: str) -> None:
