@@ -124,8 +124,12 @@ class Planner {
   PlanChoice auto_degraded(size_t bytes, int call_straggler, double delay_s,
                            const NetworkModel& net) const;
   PlanChoice fixed_choice(int call_straggler, const NetworkModel& net) const;
-  // `base` (OptCC) with the segment count the cost model predicts fastest for `bytes`.
+  // `base` (OptCC) with the segment count the cost model predicts fastest for `bytes` (cached).
   PlanChoice best_optcc_segments(size_t bytes, const PlanChoice& base) const;
+  // The most segments predicted within kSegmentTolerance of the fastest count for `bytes` (with
+  // `late_rank` arriving `delay_s` late), predicted_s set; predicted_s = -1 when no count builds.
+  PlanChoice fastest_optcc_segments(size_t bytes, const PlanChoice& base, int late_rank,
+                                    double delay_s) const;
 
   using ScheduleKey = std::tuple<Algorithm, int, std::vector<std::pair<int, double>>, int>;
   using PlanKey = std::tuple<ScheduleKey, int, size_t, size_t, bool>;

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <map>
 
 #include "plan/planner.h"
 #include "runtime/error.h"
@@ -165,6 +166,42 @@ TEST(Planner, AutoPicksOptccOnADegradedNetwork) {
   Planner tiny(4, auto_config());
   tiny.set_network(slow_network(2.0));
   EXPECT_NE(tiny.choose(1024, kNoStraggler).algorithm, Algorithm::Optcc);
+}
+
+TEST(Planner, OptccRunsTheMostSegmentsPredictedWithinTwoPercentOfTheFastest) {
+  // 5 hosts at 300 Mbit/s (alpha 60 us as probed on the emulated cluster), host 4 at l = 1.15:
+  // the model's optimum is flat over k; more segments ran faster there (planner.cc).
+  const size_t bytes = 16u << 20;
+  NetworkModel net;
+  net.link = link(60e-6, 1.0 / 37.5e6);
+  net.degraded = {{4, 1.15}};
+  Planner p(5, auto_config());
+  p.set_network(net);
+  const PlanChoice c = p.choose(bytes, kNoStraggler);
+  ASSERT_EQ(c.algorithm, Algorithm::Optcc) << c.describe();
+  double fastest = 1e9;
+  int fastest_k = 0;
+  std::map<int, double> t;
+  for (int k : Planner::optcc_segment_candidates()) {
+    PlanChoice o = c;
+    o.segments = k;
+    t[k] = p.predict(o, bytes);
+    if (t[k] < fastest) fastest = t[k], fastest_k = k;
+  }
+  int expected = 0;
+  for (const auto& [k, tk] : t) {
+    if (tk <= fastest * 1.02) expected = k;
+  }
+  EXPECT_EQ(c.segments, expected) << c.describe();
+  EXPECT_GT(c.segments, fastest_k) << "the rule changes nothing at this point";
+  EXPECT_DOUBLE_EQ(c.predicted_s, t[expected]);
+  // Explicit OptCC (segments auto) picks its k by the same rule.
+  PlannerConfig forced = auto_config();
+  forced.algo = Algorithm::Optcc;
+  forced.slowdowns = net.degraded;
+  Planner f(5, forced);
+  f.set_network(net);
+  EXPECT_EQ(f.choose(bytes, kNoStraggler).segments, expected);
 }
 
 TEST(Planner, ForcedSlowdownOverridesTheMeasuredNetwork) {
