@@ -290,11 +290,12 @@ PlanChoice Planner::auto_degraded(size_t bytes, int call_straggler, double delay
     c.algorithm = a;
     candidates.push_back(c);
   }
+  double optcc_fastest = -1;  // OptCC is judged by its fastest count, runs the most segments
   if (n_ >= 3 && n_ - static_cast<int>(net.degraded.size()) >= 1) {
     PlanChoice optcc;
     optcc.algorithm = Algorithm::Optcc;
     optcc.slow = net.degraded;
-    optcc = fastest_optcc_segments(bytes, optcc, call_straggler, bucket);
+    optcc = fastest_optcc_segments(bytes, optcc, call_straggler, bucket, &optcc_fastest);
     if (optcc.predicted_s >= 0) candidates.push_back(optcc);
   }
   if (call_straggler >= 0 && call_straggler < n_ && stragglar_ok_) {
@@ -309,17 +310,16 @@ PlanChoice Planner::auto_degraded(size_t bytes, int call_straggler, double delay
   double best_time = ring * (1.0 - config_.switch_margin);
   for (size_t i = 1; i < candidates.size(); ++i) {
     PlanChoice c = candidates[i];
-    double t = c.predicted_s;  // OptCC's, from the choice of its segment count
+    double t = optcc_fastest;
     if (c.algorithm != Algorithm::Optcc) {
       try {
-        t = predict(c, bytes, call_straggler, bucket);
+        t = c.predicted_s = predict(c, bytes, call_straggler, bucket);
       } catch (const Error&) {
         continue;  // a generator that cannot serve this configuration is no candidate
       }
     }
     if (t < best_time) {
       best = c;
-      best.predicted_s = t;
       best_time = t;
     }
   }
@@ -387,7 +387,7 @@ PlanChoice Planner::best_optcc_segments(size_t bytes, const PlanChoice& base) co
 }
 
 PlanChoice Planner::fastest_optcc_segments(size_t bytes, const PlanChoice& base, int late_rank,
-                                           double delay_s) const {
+                                           double delay_s, double* fastest_s) const {
   const int healthy = std::max(1, n_ - static_cast<int>(base.slow.size()));
   std::vector<int> ks = optcc_segment_candidates();
   if (config_.optcc_segments > 0) ks = {config_.optcc_segments};
@@ -413,6 +413,7 @@ PlanChoice Planner::fastest_optcc_segments(size_t bytes, const PlanChoice& base,
   for (const PlanChoice& c : options) {  // ascending k: the last one within the tolerance wins
     if (c.predicted_s <= fastest * (1.0 + kSegmentTolerance)) best = c;
   }
+  if (fastest_s != nullptr) *fastest_s = fastest;
   return best;
 }
 

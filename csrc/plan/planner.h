@@ -128,8 +128,9 @@ class Planner {
   PlanChoice best_optcc_segments(size_t bytes, const PlanChoice& base) const;
   // The most segments predicted within kSegmentTolerance of the fastest count for `bytes` (with
   // `late_rank` arriving `delay_s` late), predicted_s set; predicted_s = -1 when no count builds.
+  // `fastest_s`: the fastest count's time (what OptCC is compared with the others by).
   PlanChoice fastest_optcc_segments(size_t bytes, const PlanChoice& base, int late_rank,
-                                    double delay_s) const;
+                                    double delay_s, double* fastest_s = nullptr) const;
 
   using ScheduleKey = std::tuple<Algorithm, int, std::vector<std::pair<int, double>>, int>;
   using PlanKey = std::tuple<ScheduleKey, int, size_t, size_t, bool>;
