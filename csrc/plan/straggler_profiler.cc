@@ -86,6 +86,19 @@ StragglerProfiler::StragglerProfiler(int n, ProfilerSettings settings)
 bool StragglerProfiler::add_batch(const std::vector<double>& durations, int k,
                                   const std::vector<int64_t>& bytes, const LinkModel& link,
                                   uint64_t first_call) {
+  check_batch(durations, k, bytes, link, first_call);
+  const size_t ku = static_cast<size_t>(k);
+  ++exchanges_;
+  next_call_ = first_call + ku;
+  link_ = link;
+  const size_t valid = record_calls(durations, ku, bytes);
+  if (valid == 0 || !settings_.enabled || n_ <= 2) return false;
+  return update_straggler();
+}
+
+void StragglerProfiler::check_batch(const std::vector<double>& durations, int k,
+                                    const std::vector<int64_t>& bytes, const LinkModel& link,
+                                    uint64_t first_call) const {
   if (k < 0) throw Error("stragg: straggler profiler: batch size k must be >= 0, got " + num(k));
   const size_t ku = static_cast<size_t>(k);
   if (durations.size() != static_cast<size_t>(n_) * ku)
@@ -102,11 +115,10 @@ bool StragglerProfiler::add_batch(const std::vector<double>& durations, int k,
       link.beta_s_per_byte < 0)
     throw Error("stragg: straggler profiler: link model needs finite alpha, beta >= 0, got alpha=" +
                 num(link.alpha_s) + " beta=" + num(link.beta_s_per_byte));
+}
 
-  ++exchanges_;
-  next_call_ = first_call + ku;
-  link_ = link;
-
+size_t StragglerProfiler::record_calls(const std::vector<double>& durations, size_t ku,
+                                       const std::vector<int64_t>& bytes) {
   size_t valid = 0;
   for (size_t i = 0; i < ku; ++i) {
     bool ok = true;
@@ -145,9 +157,10 @@ bool StragglerProfiler::add_batch(const std::vector<double>& durations, int k,
     recent_.push_back(rec);
     if (recent_.size() > kRecentCalls) recent_.pop_front();
   }
+  return valid;
+}
 
-  if (valid == 0 || !settings_.enabled || n_ <= 2) return false;
-
+bool StragglerProfiler::update_straggler() {
   // Rule 3: who qualifies, whether the current straggler should go.
   const Evaluation e = evaluate_counts();
   const int c = e.candidate;

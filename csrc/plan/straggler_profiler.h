@@ -140,6 +140,13 @@ class StragglerProfiler {
     int candidate = -1;
   };
 
+  // add_batch's parts: validation (throws naming the bad input), recording the batch's valid
+  // calls (returns how many), and rules 3-4 (true when the straggler changed).
+  void check_batch(const std::vector<double>& durations, int k, const std::vector<int64_t>& bytes,
+                   const LinkModel& link, uint64_t first_call) const;
+  size_t record_calls(const std::vector<double>& durations, size_t ku,
+                      const std::vector<int64_t>& bytes);
+  bool update_straggler();
   Evaluation evaluate_counts() const;
   double share(const Evaluation& e, int rank) const;
   double gain(int rank, const LinkModel& link) const;
