@@ -18,7 +18,9 @@ import hashlib
 import json
 import os
 import random
+import statistics
 import time
+from collections import Counter
 from datetime import timedelta
 from typing import Any
 
@@ -96,9 +98,14 @@ def main() -> None:
             entry: dict[str, Any] = {"median_s": s[len(s) // 2], "min_s": s[0], "max_s": s[-1],
                                      "samples_s": s}
             if b != "gloo":
-                last = stragg.recent_calls(g)[-1]
-                entry["plan"] = last["plan"]
-                entry["predicted_s"] = last["predicted_s"]
+                # The timed calls' records: which plans ran (auto may switch after a re-probe)
+                # and where their time went.
+                timed = [c for c in stragg.recent_calls(g) if c["bytes"] == nbytes][-cfg["reps"]:]
+                entry["plan"] = timed[-1]["plan"]
+                entry["predicted_s"] = timed[-1]["predicted_s"]
+                entry["plans"] = dict(Counter(c["plan"] for c in timed))
+                for key in ("queued_s", "agreement_s", "run_s"):
+                    entry[key] = statistics.median(c[key] for c in timed)
             row[b] = entry
         if len({d for k, d in digests.items()}) != 1:
             raise RuntimeError(f"rank {rank}: results differ between backends: {digests}")

@@ -2,6 +2,7 @@
 
     sudo python benchmarks/degraded.py --hosts 4 --slowdowns 1.14,1.33,2,3 --sizes 16MiB
     python benchmarks/degraded.py --hosts 4,5,8 --json > degraded.json --plot degraded.png
+    python benchmarks/degraded.py --from-json a.json,b.json --plot degraded.png   # no run
 
 For each host count p, one stragg.emucluster cluster (p network namespaces on a bridge, every
 host link shaped to --rate both ways with tc htb) runs benchmarks/_degraded_worker.py on every
@@ -129,6 +130,9 @@ def make_row(p: int, l: float, r: dict[str, Any], t0: float, probe: dict[str, An
         }
         if e.get("predicted_s"):
             row[SHORT[col]]["planner_predicted_s"] = e["predicted_s"]
+        for key in ("plans", "queued_s", "agreement_s", "run_s"):  # stragg's call records
+            if key in e:
+                row[SHORT[col]][key] = e[key]
     row["auto_vs_gloo"] = row["gloo"]["median_s"] / row["auto"]["median_s"]
     row["auto_vs_ring"] = row["auto"]["median_s"] / row["ring"]["median_s"]
     return row
@@ -201,7 +205,17 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--timeout", type=float, default=120.0, help="collective timeout, seconds")
     p.add_argument("--json", action="store_true", help="print one JSON list of rows, nothing else")
     p.add_argument("--plot", default="", help="write a PNG: time vs l per algorithm")
+    p.add_argument("--from-json", default="", metavar="A.json[,B.json]",
+                   help="no run: table, summary and --plot from earlier --json outputs (joined)")
     args = p.parse_args(argv)
+    if args.from_json:
+        rows = [r for f in args.from_json.split(",") for r in json.loads(Path(f).read_text())]
+        for r in rows:
+            print_row(r)
+        summary(rows)
+        if args.plot:
+            plot(rows, args.plot)
+        return 0
     args.hosts = [int(x) for x in args.hosts.split(",")]
     args.slowdowns = [float(x) for x in args.slowdowns.split(",") if x.strip()]
     args.sizes = [_core.parse_size(x, "--sizes") for x in args.sizes.split(",")]

@@ -67,3 +67,23 @@ def test_benchmark_runs_from_another_directory(tmp_path: Path) -> None:
     # OpenMPI's column joins where mpirun and mpi4py are installed (scripts/setup.sh).
     assert {r["backend"] for r in rows} - {"mpi"} == {"stragg", "gloo"}
     assert [r["transport"] for r in rows if r["backend"] == "stragg"] == ["shm"]
+
+
+def test_degraded_benchmark_redraws_from_json(tmp_path: Path) -> None:
+    """`degraded.py --from-json` prints the table and draws the figure of earlier runs, no cluster."""
+    rows = json.loads((REPO / "docs" / "degraded.json").read_text())
+    half = len(rows) // 2
+    (tmp_path / "a.json").write_text(json.dumps(rows[:half]))
+    (tmp_path / "b.json").write_text(json.dumps(rows[half:]))
+    png = tmp_path / "d.png"
+    cmd = [
+        sys.executable, str(REPO / "benchmarks" / "degraded.py"),
+        "--from-json", f"{tmp_path / 'a.json'},{tmp_path / 'b.json'}", "--plot", str(png),
+    ]  # fmt: skip
+    proc = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=120, check=False)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    lines = proc.stdout.splitlines()
+    # One line per row (both files), then the summary.
+    assert sum(1 for ln in lines if ln.split() and ln.split()[0] in {"4", "5", "8"}) == len(rows)
+    assert any(ln.startswith("# auto/bound: median") for ln in lines), proc.stdout
+    assert png.stat().st_size > 10_000
