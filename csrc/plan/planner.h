@@ -94,7 +94,9 @@ class Planner {
   // `delay_s` after the others. Without degraded links Auto runs StragglAR for a call straggler,
   // else the faster of Ring/RHD; with degraded links it simulates every candidate (Ring, RHD,
   // OptCC at several segment counts, StragglAR for a call straggler) on the network model, with
-  // the straggler's delay, and runs the fastest (Ring unless another is switch_margin faster).
+  // the straggler's delay, and runs the fastest (Ring unless another is switch_margin faster;
+  // OptCC, judged by its fastest segment count, needs no margin over Ring and then runs the most
+  // segments predicted within 2% of that count).
   // `host`: the call runs on the CPU executor; false (the GPU executor, which reduces in one
   // operand order only) never gets recursive doubling (Rd: Auto skips it, explicit rd runs RHD).
   PlanChoice choose(size_t bytes, int call_straggler, double delay_s = 0, bool host = true) const;

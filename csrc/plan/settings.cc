@@ -203,8 +203,8 @@ const std::vector<Row>& rows() {
        [](const Settings& s) { return slowdowns_text(s.slowdowns); }},
       {{"optcc_segments", "STRAGG_OPTCC_SEGMENTS", "int or auto", "auto",
         "auto or an integer from 1 to 1024",
-        "OptCC's pipelined segments k (auto: the count the cost model predicts fastest for the "
-        "message size)",
+        "OptCC's pipelined segments k (auto: the most segments the cost model predicts within 2% "
+        "of the fastest count for the message size)",
         true},
        [](Settings& s, const SettingValue& v, const std::string& a) {
          s.optcc_segments = trim_lower(v.raw) == "auto" ? 0 : static_cast<int>(int_in(v, 1, 1024, a));
