@@ -35,6 +35,11 @@ class MeshSetup {
       if (Clock::now() >= deadline_) timeout_error();
       poll_once();
     }
+    // The listener first, then the strays still pending: in the other order (the members'
+    // destruction order) a stranger that saw its connection dropped could still connect to the
+    // open port (seen in CI: tests/test_netns.py::test_tcp_strays_during_setup_are_dropped).
+    listener_.reset();
+    pending_.clear();
     return std::move(mesh_);
   }
 
