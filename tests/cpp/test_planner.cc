@@ -4,6 +4,7 @@
 
 #include <chrono>
 #include <map>
+#include <memory>
 
 #include "plan/planner.h"
 #include "runtime/error.h"
@@ -168,6 +169,14 @@ TEST(Planner, AutoPicksOptccOnADegradedNetwork) {
   EXPECT_NE(tiny.choose(1024, kNoStraggler).algorithm, Algorithm::Optcc);
 }
 
+// A planner of n ranks configured by `config` whose cost model is `net`.
+std::unique_ptr<Planner> planner_on(int n, const NetworkModel& net,
+                                    PlannerConfig config = auto_config()) {
+  auto p = std::make_unique<Planner>(n, std::move(config));
+  p->set_network(net);
+  return p;
+}
+
 TEST(Planner, OptccRunsTheMostSegmentsPredictedWithinTwoPercentOfTheFastest) {
   // 5 hosts at 300 Mbit/s (alpha 60 us as probed on the emulated cluster), host 4 at l = 1.15:
   // the model's optimum is flat over k; more segments ran faster there (planner.cc).
@@ -175,9 +184,8 @@ TEST(Planner, OptccRunsTheMostSegmentsPredictedWithinTwoPercentOfTheFastest) {
   NetworkModel net;
   net.link = link(60e-6, 1.0 / 37.5e6);
   net.degraded = {{4, 1.15}};
-  Planner p(5, auto_config());
-  p.set_network(net);
-  const PlanChoice c = p.choose(bytes, kNoStraggler);
+  const auto p = planner_on(5, net);
+  const PlanChoice c = p->choose(bytes, kNoStraggler);
   ASSERT_EQ(c.algorithm, Algorithm::Optcc) << c.describe();
   double fastest = 1e9;
   int fastest_k = 0;
@@ -185,7 +193,7 @@ TEST(Planner, OptccRunsTheMostSegmentsPredictedWithinTwoPercentOfTheFastest) {
   for (int k : Planner::optcc_segment_candidates()) {
     PlanChoice o = c;
     o.segments = k;
-    t[k] = p.predict(o, bytes);
+    t[k] = p->predict(o, bytes);
     if (t[k] < fastest) fastest = t[k], fastest_k = k;
   }
   int expected = 0;
@@ -199,30 +207,26 @@ TEST(Planner, OptccRunsTheMostSegmentsPredictedWithinTwoPercentOfTheFastest) {
   PlannerConfig forced = auto_config();
   forced.algo = Algorithm::Optcc;
   forced.slowdowns = net.degraded;
-  Planner f(5, forced);
-  f.set_network(net);
-  EXPECT_EQ(f.choose(bytes, kNoStraggler).segments, expected);
+  EXPECT_EQ(planner_on(5, net, forced)->choose(bytes, kNoStraggler).segments, expected);
   // Whether OptCC runs at all is judged by its fastest count against Ring's switch margin, not
   // by the count it then runs: 4 hosts with host 3 at 1.15 stay on OptCC (the tolerance put
   // them on Ring once, measured 13% slower than OptCC there).
   net.link = link(80e-6, 1.0 / 37.5e6);
   net.degraded = {{3, 1.15}};
-  Planner four(4, auto_config());
-  four.set_network(net);
-  const PlanChoice on4 = four.choose(bytes, kNoStraggler);
+  const auto four = planner_on(4, net);
+  const PlanChoice on4 = four->choose(bytes, kNoStraggler);
   ASSERT_EQ(on4.algorithm, Algorithm::Optcc) << on4.describe();
   PlanChoice ring;
-  EXPECT_GT(on4.predicted_s, 0.95 * four.predict(ring, bytes))
+  EXPECT_GT(on4.predicted_s, 0.95 * four->predict(ring, bytes))
       << "the count it runs alone would not pass the switch margin here: " << on4.describe();
   // OptCC needs no margin over Ring on a degraded network: at l = 1.1 the model has it 3.7%
   // faster (measured: Ring far slower than the model there, planner.cc).
   net.degraded = {{3, 1.1}};
-  Planner mild(4, auto_config());
-  mild.set_network(net);
-  const PlanChoice c11 = mild.choose(bytes, kNoStraggler);
+  const auto mild = planner_on(4, net);
+  const PlanChoice c11 = mild->choose(bytes, kNoStraggler);
   EXPECT_EQ(c11.algorithm, Algorithm::Optcc) << c11.describe();
-  EXPECT_GT(c11.predicted_s, 0.95 * mild.predict(ring, bytes));
-  EXPECT_LT(c11.predicted_s, mild.predict(ring, bytes));
+  EXPECT_GT(c11.predicted_s, 0.95 * mild->predict(ring, bytes));
+  EXPECT_LT(c11.predicted_s, mild->predict(ring, bytes));
 }
 
 TEST(Planner, ForcedSlowdownOverridesTheMeasuredNetwork) {
