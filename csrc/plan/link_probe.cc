@@ -90,7 +90,7 @@ RankPlan link_probe_plan(int n, int rank, int round, int direction, int messages
     }
     plan.steps.push_back(std::move(s));
   };
-  // Step ids: many 0..m-1 (ack m+2), one m (ack m+1).
+  // Step ids: many 0..m-1 (ack m+2), one m (ack m+1), tiny m+3 (ack m+4).
   const uint32_t um = static_cast<uint32_t>(messages);
   uint32_t ack_id = 0;
   switch (shape) {
@@ -101,6 +101,10 @@ RankPlan link_probe_plan(int n, int rank, int round, int direction, int messages
     case ProbeShape::kOne:
       payload(um, 0, total);
       ack_id = um + 1;
+      break;
+    case ProbeShape::kTiny:
+      payload(um + 3, 0, 1);
+      ack_id = um + 4;
       break;
   }
   PlanStep ack;
@@ -118,17 +122,20 @@ RankPlan link_probe_plan(int n, int rank, int round, int direction, int messages
   return plan;
 }
 
-LinkModel estimate_link(double t_many, double t_one, int messages, size_t bytes_each) {
+LinkModel estimate_link(double t_many, double t_one, double t_tiny, int messages,
+                        size_t bytes_each) {
   if (messages < 2)
     throw Error("stragg: estimate_link: needs messages >= 2, got " + std::to_string(messages));
   if (bytes_each < 1) throw Error("stragg: estimate_link: bytes_each must be >= 1, got 0");
-  for (double t : {t_many, t_one}) {
+  for (double t : {t_many, t_one, t_tiny}) {
     if (!std::isfinite(t) || t < 0)
       throw Error("stragg: estimate_link: times must be finite and >= 0, got t_many=" +
-                  std::to_string(t_many) + " t_one=" + std::to_string(t_one));
+                  std::to_string(t_many) + " t_one=" + std::to_string(t_one) +
+                  " t_tiny=" + std::to_string(t_tiny));
   }
   LinkModel link;
-  link.alpha_s = std::max(kMinProbeAlpha, (t_many - t_one) / (messages - 1));
+  link.alpha_s =
+      std::max({kMinProbeAlpha, (t_many - t_one) / (messages - 1), t_tiny / 2});
   const double bytes = static_cast<double>(static_cast<size_t>(messages) * bytes_each);
   const double whole = t_one - 2 * link.alpha_s;
   link.beta_s_per_byte = std::max(kMinProbeBeta, (whole > 0 ? whole : t_one) / bytes);

@@ -2,10 +2,11 @@
 //
 // Probes. On each directed link a -> b, a sends `messages` messages of `bytes_each` bytes back to
 // back, then waits for a one-element acknowledgement from b; then it sends one message of
-// messages*bytes_each bytes, followed by the acknowledgement. With t = alpha + bytes * beta per
-// message (the acknowledgement costs about one alpha):
-//   t_many = m alpha + m s beta + alpha,   t_one = 2 alpha + m s beta
-//   => alpha = (t_many - t_one) / (m - 1),  beta = (t_one - 2 alpha) / (m s).
+// messages*bytes_each bytes, followed by the acknowledgement; then one element and the
+// acknowledgement (t_tiny, a round trip). With t = alpha + bytes * beta per message (the
+// acknowledgement costs about one alpha):
+//   t_many = m alpha + m s beta + alpha,   t_one = 2 alpha + m s beta,   t_tiny = 2 alpha
+//   => alpha = max((t_many - t_one) / (m - 1), t_tiny / 2),  beta = (t_one - 2 alpha) / (m s).
 // (Beta used to come from the difference of a whole and a half transfer, meant to cancel a
 // shaper's burst; measured on the emulated 8-host cluster it was the noisier one: healthy hosts
 // read up to 1.07 slow and a 1.14 host 1.05-1.16, against 1.005 and 1.07-1.14 from the whole
@@ -45,9 +46,9 @@ int probe_partner(int n, int round, int rank);
 // sends, 1: the higher) of `round`.
 bool probe_sends(int n, int round, int direction, int rank);
 
-// What one probe transfer sends: `messages` messages of `elems` (kMany) or one of
-// messages*elems (kOne).
-enum class ProbeShape { kMany, kOne };
+// What one probe transfer sends: `messages` messages of `elems` (kMany), one of
+// messages*elems (kOne), or one of a single element (kTiny: a round trip, see estimate_link).
+enum class ProbeShape { kMany, kOne, kTiny };
 
 // Plan for `rank` in half `direction` of `round`: the sender sends the payload of `shape`, then
 // receives a one-element acknowledgement; the receiver mirrors it. Buffer: 2*messages*elems
@@ -63,11 +64,16 @@ RankPlan link_probe_plan(int n, int rank, int round, int direction, int messages
 constexpr double kMinProbeAlpha = 1e-9;  // s
 constexpr double kMinProbeBeta = 1e-15;  // s per byte (1 PB/s)
 
-// alpha = (t_many - t_one)/(messages - 1), clamped to >= kMinProbeAlpha;
-// beta = (t_one - 2 alpha)/(messages * bytes_each) (t_one/bytes if that is not positive),
-// clamped to >= kMinProbeBeta.
+// alpha = the larger of (t_many - t_one)/(messages - 1) (the cost of one more message in a
+// stream) and t_tiny / 2 (half the round trip of one element and its acknowledgement), clamped
+// to >= kMinProbeAlpha; beta = (t_one - 2 alpha)/(messages * bytes_each) (t_one/bytes if that
+// is not positive), clamped to >= kMinProbeBeta.
+// The cost model charges alpha per round, and a round waits for its peer: a stream's messages
+// overlap (on shared memory the difference read ~0 and Auto ran Ring's 6 rounds for a 4 KiB
+// call at 4 ranks, where recursive doubling needs 2), a round trip does not.
 // Throws stragg::Error for messages < 2, bytes_each < 1 or negative / non-finite times.
-LinkModel estimate_link(double t_many, double t_one, int messages, size_t bytes_each);
+LinkModel estimate_link(double t_many, double t_one, double t_tiny, int messages,
+                        size_t bytes_each);
 
 struct LinkAnalysis {
   LinkModel reference;             // median alpha and beta over links between healthy ranks

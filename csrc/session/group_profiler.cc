@@ -181,9 +181,9 @@ std::vector<LinkModel> GroupProfiler::measure_own_row(Executor& ex, const Intern
     for (int direction : {0, 1}) {
       const bool sender = probe_sends(n_, round, direction, rank_);
       // Minimum over the repetitions: noise (scheduling, other load) only ever adds time.
-      double best[2] = {1e300, 1e300};
+      double best[3] = {1e300, 1e300, 1e300};  // by ProbeShape
       for (int rep = 0; rep < repetitions; ++rep) {
-        for (int shape = 0; shape < 2; ++shape) {
+        for (int shape = 0; shape < 3; ++shape) {
           const RankPlan plan = link_probe_plan(n_, rank_, round, direction, kProbeMessages, elems,
                                                 static_cast<ProbeShape>(shape));
           const CollectiveSpec s = spec("link probe", DType::Float32, buf.size());
@@ -194,7 +194,7 @@ std::vector<LinkModel> GroupProfiler::measure_own_row(Executor& ex, const Intern
       }
       if (!sender) continue;
       mine[probe_partner(n_, round, rank_)] =
-          estimate_link(best[0], best[1], kProbeMessages, elems * sizeof(float));
+          estimate_link(best[0], best[1], best[2], kProbeMessages, elems * sizeof(float));
     }
   }
   return mine;

@@ -66,12 +66,13 @@ TEST(LinkProbe, DirectedPlansMirrorEachOther) {
   const size_t elems = 3;
   const int peer = probe_partner(n, round, 0);
   ASSERT_GT(peer, 0);  // rank 0 is the lower rank: it sends in direction 0
-  for (ProbeShape shape : {ProbeShape::kMany, ProbeShape::kOne}) {
+  for (ProbeShape shape : {ProbeShape::kMany, ProbeShape::kOne, ProbeShape::kTiny}) {
     const bool many = shape == ProbeShape::kMany;
     const RankPlan snd = link_probe_plan(n, 0, round, 0, m, elems, shape);
     const RankPlan rcv = link_probe_plan(n, peer, round, 0, m, elems, shape);
     EXPECT_EQ(snd.tag, kLinkProbeTag);
     const size_t payload_steps = many ? m : 1;
+    const size_t payload_elems = shape == ProbeShape::kTiny ? 1 : m * elems;
     ASSERT_EQ(snd.steps.size(), payload_steps + 1);
     ASSERT_EQ(rcv.steps.size(), payload_steps + 1);
     size_t sent = 0;
@@ -88,7 +89,7 @@ TEST(LinkProbe, DirectedPlansMirrorEachOther) {
       EXPECT_FALSE(rcv.steps[i].recvs[0].reduce);
       sent += snd.steps[i].sends[0].count;
     }
-    EXPECT_EQ(sent, m * elems);
+    EXPECT_EQ(sent, payload_elems);
     // The acknowledgement goes back.
     const PlanStep& ack_s = snd.steps.back();
     const PlanStep& ack_r = rcv.steps.back();
@@ -104,7 +105,7 @@ TEST(LinkProbe, DirectedPlansMirrorEachOther) {
   }
   // The shapes use different step ids (partners that disagree notice).
   std::multiset<uint32_t> ids;
-  for (ProbeShape shape : {ProbeShape::kMany, ProbeShape::kOne}) {
+  for (ProbeShape shape : {ProbeShape::kMany, ProbeShape::kOne, ProbeShape::kTiny}) {
     for (const auto& s : link_probe_plan(n, 0, round, 0, m, elems, shape).steps) ids.insert(s.id);
   }
   for (uint32_t id : ids) EXPECT_EQ(ids.count(id), 1u) << id;
@@ -123,27 +124,35 @@ TEST(LinkProbe, EstimateLinkRecoversAlphaBeta) {
   const double alpha = 20e-6, beta = 1.0 / 5e9;
   const int m = 8;
   const size_t s = 64 * 1024;
-  // m messages then an acknowledgement, against one message of m*s then one.
+  // m messages then an acknowledgement, against one message of m*s then one, and one element
+  // then one.
   const double t_many = m * (alpha + s * beta) + alpha;
   const double t_one = alpha + m * s * beta + alpha;
-  const LinkModel l = estimate_link(t_many, t_one, m, s);
+  const double t_tiny = 2 * alpha;
+  const LinkModel l = estimate_link(t_many, t_one, t_tiny, m, s);
   EXPECT_NEAR(l.alpha_s, alpha, alpha * 1e-9);
   EXPECT_NEAR(l.beta_s_per_byte, beta, beta * 1e-9);
-  // Noise that makes the many-message run faster: alpha clamps to a tiny positive value and
-  // beta comes from the whole transfer.
-  const LinkModel c = estimate_link(0.001, 0.002, m, s);
+  // Messages that overlap in a stream (shared memory: the many-message run costs no more than
+  // the one-message run): alpha is half the round trip, beta the rest of the whole transfer.
+  const LinkModel o = estimate_link(t_one, t_one, t_tiny, m, s);
+  EXPECT_NEAR(o.alpha_s, alpha, alpha * 1e-9);
+  EXPECT_NEAR(o.beta_s_per_byte, beta, beta * 1e-9);
+  // Noise that makes the many-message run faster and no round trip measured: alpha clamps to a
+  // tiny positive value and beta comes from the whole transfer.
+  const LinkModel c = estimate_link(0.001, 0.002, 0.0, m, s);
   EXPECT_EQ(c.alpha_s, kMinProbeAlpha);
   EXPECT_NEAR(c.beta_s_per_byte, (0.002 - 2 * kMinProbeAlpha) / (m * double(s)), 1e-18);
   // An alpha that would leave the transfer no time (many messages stalled): beta from t_one.
-  const LinkModel f = estimate_link(0.010, 0.002, m, s);
+  const LinkModel f = estimate_link(0.010, 0.002, 0.0, m, s);
   EXPECT_NEAR(f.beta_s_per_byte, 0.002 / (m * double(s)), 1e-18);
-  const LinkModel z = estimate_link(0.0, 0.0, m, s);
+  const LinkModel z = estimate_link(0.0, 0.0, 0.0, m, s);
   EXPECT_GT(z.alpha_s, 0.0);
   EXPECT_GT(z.beta_s_per_byte, 0.0);
-  EXPECT_THROW(estimate_link(1, 1, 1, s), Error);
-  EXPECT_THROW(estimate_link(1, 1, m, 0), Error);
-  EXPECT_THROW(estimate_link(-1, 1, m, s), Error);
-  EXPECT_THROW(estimate_link(1, NAN, m, s), Error);
+  EXPECT_THROW(estimate_link(1, 1, 1, 1, s), Error);
+  EXPECT_THROW(estimate_link(1, 1, 1, m, 0), Error);
+  EXPECT_THROW(estimate_link(-1, 1, 1, m, s), Error);
+  EXPECT_THROW(estimate_link(1, NAN, 1, m, s), Error);
+  EXPECT_THROW(estimate_link(1, 1, INFINITY, m, s), Error);
 }
 
 // A matrix where a link i -> j runs at the slower of i's send side and j's receive side.
