@@ -201,6 +201,7 @@ void Planner::set_network(const NetworkModel& network) {
   config_.link = network.link;
   auto_choice_.clear();
   degraded_choice_.clear();
+  profiled_choice_.clear();
 }
 
 LinkModel Planner::link_model() const {
@@ -273,11 +274,35 @@ PlanChoice Planner::auto_base(size_t bytes, bool allow_rd) const {
   return best;
 }
 
+// Delays are bucketed (x1.25) so that a cache keyed by them holds a few entries per size.
+double Planner::delay_bucket(double delay_s) {
+  return delay_s > 0 ? std::pow(1.25, std::round(std::log(delay_s) / std::log(1.25))) : 0.0;
+}
+
+PlanChoice Planner::auto_profiled(size_t bytes, int straggler, double delay_s, bool host) const {
+  const double bucket = delay_bucket(delay_s);
+  const AutoKey key{bytes, host ? straggler : -2 - straggler, bucket};
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = profiled_choice_.find(key);
+    if (it != profiled_choice_.end()) return it->second;
+  }
+  PlanChoice stragglar;
+  stragglar.algorithm = Algorithm::Stragglar;
+  stragglar.straggler = straggler;
+  stragglar.predicted_s = predict(stragglar, bytes, straggler, bucket);
+  PlanChoice base = auto_base(bytes, host);
+  base.predicted_s = predict(base, bytes, straggler, bucket);
+  const PlanChoice best = base.predicted_s < stragglar.predicted_s ? base : stragglar;
+  std::lock_guard<std::mutex> lock(mu_);
+  if (profiled_choice_.size() >= kAutoChoiceCacheLimit) profiled_choice_.clear();
+  profiled_choice_[key] = best;
+  return best;
+}
+
 PlanChoice Planner::auto_degraded(size_t bytes, int call_straggler, double delay_s,
                                   const NetworkModel& net) const {
-  // Delays are bucketed (x1.25) so that the cache holds a few entries per size.
-  const double bucket = delay_s > 0 ? std::pow(1.25, std::round(std::log(delay_s) / std::log(1.25)))
-                                    : 0.0;
+  const double bucket = delay_bucket(delay_s);
   const AutoKey key{bytes, call_straggler, bucket};
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -352,7 +377,9 @@ PlanChoice Planner::choose(size_t bytes, int call_straggler, double delay_s, boo
   if (config_.algo == Algorithm::Auto) {
     const NetworkModel net = network();
     if (!net.degraded.empty()) return auto_degraded(bytes, call_straggler, delay_s, net);
-    if (call_straggler >= 0 && call_straggler < n_ && stragglar_ok_) {
+    if (call_straggler >= 0 && call_straggler < n_ && stragglar_ok_ && profiled()) {
+      c = auto_profiled(bytes, call_straggler, delay_s, host);
+    } else if (call_straggler >= 0 && call_straggler < n_ && stragglar_ok_) {
       c.algorithm = Algorithm::Stragglar;
       c.straggler = call_straggler;
     } else {

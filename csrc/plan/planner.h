@@ -3,8 +3,10 @@
 // Policy (Settings::algo / Settings::straggler, see README "Choosing the algorithm"):
 //  * An explicit algorithm (ring, rhd, direct, bcast, stragglar, optcc, rd) always runs; the
 //    straggler-aware ones use the configured straggler (or the last rank when none is set).
-//  * Auto with a straggler for the call (configured, agreed per call in dynamic mode, or the
-//    persistent straggler the profiler picked) runs StragglAR for it, when n >= 3.
+//  * Auto with a straggler for the call (configured, or agreed per call in dynamic mode) runs
+//    StragglAR for it, when n >= 3. For the persistent straggler the profiler picked it runs
+//    StragglAR where the cost model, with the straggler's typical delay, predicts it faster than
+//    the algorithm below (not for small calls, whose recursive doubling needs fewer rounds).
 //  * Auto without a straggler runs the fastest of Ring / RHD (and, for small host calls, the
 //    recursive doubling of core/rd.cc, PlannerConfig::rd_max_bytes) under the alpha-beta cost model
 //    (core::simulate on the actual schedule, so non-power-of-2 overheads count); an alternative
@@ -91,8 +93,10 @@ class Planner {
 
   // The algorithm for a call of `bytes` whose straggler is `call_straggler` (the configured one,
   // the agreed one in dynamic mode, the profiler's in profiled mode; -1: none), expected to arrive
-  // `delay_s` after the others. Without degraded links Auto runs StragglAR for a call straggler,
-  // else the faster of Ring/RHD; with degraded links it simulates every candidate (Ring, RHD,
+  // `delay_s` after the others. Without degraded links Auto runs StragglAR for a call straggler
+  // (for the profiler's persistent straggler only where the cost model, with that delay, predicts
+  // it faster than what the call would run without one: not for small calls, whose recursive
+  // doubling needs fewer rounds), else the fastest of Ring/RHD (and Rd); with degraded links it simulates every candidate (Ring, RHD,
   // OptCC at several segment counts, StragglAR for a call straggler) on the network model, with
   // the straggler's delay, and runs the fastest (Ring unless another is switch_margin faster;
   // OptCC, judged by its fastest segment count, needs no margin over Ring and then runs the most
@@ -125,6 +129,10 @@ class Planner {
   PlanChoice auto_base(size_t bytes, bool allow_rd) const;
   PlanChoice auto_degraded(size_t bytes, int call_straggler, double delay_s,
                            const NetworkModel& net) const;
+  // Auto with the profiler's persistent straggler on healthy links: StragglAR for it, or
+  // auto_base where that is predicted faster with the straggler `delay_s` late (cached).
+  PlanChoice auto_profiled(size_t bytes, int straggler, double delay_s, bool host) const;
+  static double delay_bucket(double delay_s);
   PlanChoice fixed_choice(int call_straggler, const NetworkModel& net) const;
   // `base` (OptCC) with the segment count the cost model predicts fastest for `bytes` (cached).
   PlanChoice best_optcc_segments(size_t bytes, const PlanChoice& base) const;
@@ -149,6 +157,7 @@ class Planner {
   // (bytes, Rd allowed) -> Ring, RHD or Rd, predicted
   mutable std::map<std::pair<size_t, bool>, PlanChoice> auto_choice_;
   mutable std::map<AutoKey, PlanChoice> degraded_choice_;  // with degraded links
+  mutable std::map<AutoKey, PlanChoice> profiled_choice_;  // persistent straggler, healthy links
   // Lowered plans, most recently used first (bounded: a DDP job uses a handful of sizes).
   mutable std::list<std::pair<PlanKey, std::shared_ptr<const RankPlan>>> plans_;
 };

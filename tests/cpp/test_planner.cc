@@ -72,7 +72,7 @@ TEST(Planner, LinkModelChangesTheChoice) {
 TEST(Planner, CallStragglerRunsStragglar) {
   Planner p(5, auto_config(Straggler::profiled()));
   EXPECT_TRUE(p.profiled());
-  const PlanChoice c = p.choose(1 << 20, 2);
+  const PlanChoice c = p.choose(1 << 20, 2, 0.01);
   EXPECT_EQ(c.algorithm, Algorithm::Stragglar);
   EXPECT_EQ(c.straggler, 2);
   EXPECT_NE(p.choose(1 << 20, kNoStraggler).algorithm, Algorithm::Stragglar);
@@ -87,6 +87,26 @@ TEST(Planner, CallStragglerRunsStragglar) {
   };
   EXPECT_FALSE(has_pre(straggler_plan));
   EXPECT_TRUE(has_pre(early_plan));
+}
+
+TEST(Planner, ProfiledStragglerRunsStragglarOnlyWhereTheModelPredictsItFaster) {
+  // 4 ranks, a rank 1 ms late. 4 KiB: recursive doubling's 2 rounds beat StragglAR's 4 after
+  // the arrival (its reduce-scatter before it hides little of a 4 KiB call). 4 MiB: StragglAR's
+  // 4 rounds of s/3 beat RHD's 1.5 s.
+  Planner p(4, auto_config(Straggler::profiled()));
+  const PlanChoice small = p.choose(4096, 3, 1e-3);
+  EXPECT_EQ(small.algorithm, Algorithm::Rd);
+  EXPECT_LT(small.predicted_s, p.predict({Algorithm::Stragglar, 3}, 4096, 3, 1e-3));
+  const PlanChoice large = p.choose(4 << 20, 3, 1e-3);
+  EXPECT_EQ(large.algorithm, Algorithm::Stragglar);
+  EXPECT_EQ(large.straggler, 3);
+  // The same call: the same choice (cached per delay bucket).
+  EXPECT_EQ(p.choose(4 << 20, 3, 1.01e-3), large);
+  // The GPU executor (no Rd) compares with RHD / Ring instead.
+  EXPECT_NE(p.choose(4096, 3, 1e-3, /*host=*/false).algorithm, Algorithm::Rd);
+  // A configured straggler keeps StragglAR at every size (the user said so).
+  Planner configured(4, auto_config(Straggler::of_rank(3)));
+  EXPECT_EQ(configured.choose(4096, 3).algorithm, Algorithm::Stragglar);
 }
 
 TEST(Planner, ConfiguredStragglerAndExplicitAlgorithms) {
@@ -124,7 +144,7 @@ TEST(Planner, FallbacksAreReported) {
   // 300 ranks, not a power of 2: a constructed design, built in milliseconds (before it, the
   // planner fell back to Ring here rather than wait minutes for the matching heuristic).
   const auto start = std::chrono::steady_clock::now();
-  Planner big(300, auto_config(Straggler::profiled()));
+  Planner big(300, auto_config(Straggler::of_rank(7)));
   const PlanChoice c = big.choose(1 << 20, 7);
   EXPECT_EQ(c.algorithm, Algorithm::Stragglar);
   EXPECT_EQ(big.plan(7, c, 1 << 18, 4)->tag, plan_tag(Algorithm::Stragglar));
