@@ -290,10 +290,13 @@ PlanChoice Planner::auto_profiled(size_t bytes, int straggler, double delay_s, b
   PlanChoice stragglar;
   stragglar.algorithm = Algorithm::Stragglar;
   stragglar.straggler = straggler;
-  stragglar.predicted_s = predict(stragglar, bytes, straggler, bucket);
-  PlanChoice base = auto_base(bytes, host);
-  base.predicted_s = predict(base, bytes, straggler, bucket);
-  const PlanChoice best = base.predicted_s < stragglar.predicted_s ? base : stragglar;
+  const PlanChoice base = auto_base(bytes, host);
+  // Compared with the delay; what the call records is as without the straggler: the base's
+  // delay-free prediction (the profiler's drift check compares it with the last arrival's
+  // duration) and none for StragglAR, as before.
+  const bool base_faster =
+      predict(base, bytes, straggler, bucket) < predict(stragglar, bytes, straggler, bucket);
+  const PlanChoice best = base_faster ? base : stragglar;
   std::lock_guard<std::mutex> lock(mu_);
   if (profiled_choice_.size() >= kAutoChoiceCacheLimit) profiled_choice_.clear();
   profiled_choice_[key] = best;
