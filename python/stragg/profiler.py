@@ -145,7 +145,8 @@ def plot(path: str, group: dist.ProcessGroup | None = None, title: str = "") -> 
 
 def measure_links(group: dist.ProcessGroup | None = None) -> dict[str, Any]:
     """Collective (all ranks, in the same order as their all_reduces): measures every link's
-    alpha/beta now (AdapCC §IV-B: m messages of s bytes vs one of m*s) and installs the median as
+    alpha/beta now (AdapCC §IV-B: m messages of s bytes vs one of m*s; alpha is at least half a
+    one-element round trip, since a schedule's round waits for its peer) and installs the median as
     the cost model. Returns {"alpha_s", "beta_s_per_byte", "links": n x n [alpha_s, beta] (None
     where not measured)}."""
     backend = _stragg_backend(group)
