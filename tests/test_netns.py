@@ -270,16 +270,21 @@ def test_tcp_mismatch_raises_on_every_rank(two_hosts: Any) -> None:
         assert r["error_after_s"] < 10, story
 
 
+def _blackhole(cluster: Any, host: int, match: str, table: int) -> None:
+    """Policy routing on `host`: the TCP packets that `match` selects (e.g. "dport 29700") go
+    into a blackhole (table and rule priority `table`). The rule dies with the namespace."""
+    for cmd in (
+        f"ip route add blackhole default table {table}",
+        f"ip rule add {match} lookup {table} prio {table}",
+    ):
+        cluster.exec(host, cmd.split(), check=True)
+
+
 def _cut_link(hosts: Any, port: int) -> None:
     """Silently drops every packet of the connections to `port` on host A from host B (policy
     routing into a blackhole on both ends: a pulled cable for those connections only)."""
-    cluster = hosts.cluster
     for host, selector in ((1, "dport"), (0, "sport")):
-        for cmd in (
-            "ip route add blackhole default table 100",
-            f"ip rule add ipproto tcp {selector} {port} lookup 100 prio 100",
-        ):
-            cluster.exec(host, cmd.split(), check=True)
+        _blackhole(hosts.cluster, host, f"ipproto tcp {selector} {port}", 100)
 
 
 @pytest.mark.stragg_only
@@ -337,17 +342,13 @@ def test_tcp_strays_during_setup_are_dropped(two_hosts: Any) -> None:
 
     cluster = two_hosts.cluster
     a, b = cluster.host(0), cluster.host(1)
-    prio = "101"
+    prio = 101
     try:
-        for cmd in (
-            "ip route add blackhole default table 101",
-            f"ip rule add to {b.addr} ipproto tcp sport {PORT_BASE} lookup 101 prio {prio}",
-        ):
-            cluster.exec(0, cmd.split(), check=True)
+        _blackhole(cluster, 0, f"to {b.addr} ipproto tcp sport {PORT_BASE}", prio)
     except (subprocess.CalledProcessError, OSError) as exc:
         pytest.skip(f"policy routing (ip rule ipproto/sport) unavailable: {exc}")
     out = os.path.join(two_hosts.workdir, "intruder.json")
-    argv = [sys.executable, INTRUDER_SCRIPT, a.addr, str(PORT_BASE), prio, out]
+    argv = [sys.executable, INTRUDER_SCRIPT, a.addr, str(PORT_BASE), str(prio), out]
     intruder = cluster.launch([ProcSpec("intruder", 0, argv, cluster.env(0))], output=None)
     results, logs = _collect(_start(two_hosts, 2, "check", "tcp", env=env))
     done = intruder.wait(timeout=120)

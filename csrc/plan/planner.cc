@@ -281,7 +281,7 @@ double Planner::delay_bucket(double delay_s) {
 
 PlanChoice Planner::auto_profiled(size_t bytes, int straggler, double delay_s, bool host) const {
   const double bucket = delay_bucket(delay_s);
-  const AutoKey key{bytes, host ? straggler : -2 - straggler, bucket};
+  const AutoKey key{bytes, host ? straggler : -2 - straggler, bucket};  // GPU calls: keys < 0
   {
     std::lock_guard<std::mutex> lock(mu_);
     auto it = profiled_choice_.find(key);
@@ -380,9 +380,8 @@ PlanChoice Planner::choose(size_t bytes, int call_straggler, double delay_s, boo
   if (config_.algo == Algorithm::Auto) {
     const NetworkModel net = network();
     if (!net.degraded.empty()) return auto_degraded(bytes, call_straggler, delay_s, net);
-    if (call_straggler >= 0 && call_straggler < n_ && stragglar_ok_ && profiled()) {
-      c = auto_profiled(bytes, call_straggler, delay_s, host);
-    } else if (call_straggler >= 0 && call_straggler < n_ && stragglar_ok_) {
+    if (call_straggler >= 0 && call_straggler < n_ && stragglar_ok_) {
+      if (profiled()) return auto_profiled(bytes, call_straggler, delay_s, host);
       c.algorithm = Algorithm::Stragglar;
       c.straggler = call_straggler;
     } else {

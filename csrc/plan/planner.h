@@ -94,10 +94,10 @@ class Planner {
   // The algorithm for a call of `bytes` whose straggler is `call_straggler` (the configured one,
   // the agreed one in dynamic mode, the profiler's in profiled mode; -1: none), expected to arrive
   // `delay_s` after the others. Without degraded links Auto runs StragglAR for a call straggler
-  // (for the profiler's persistent straggler only where the cost model, with that delay, predicts
-  // it faster than what the call would run without one: not for small calls, whose recursive
-  // doubling needs fewer rounds), else the fastest of Ring/RHD (and Rd); with degraded links it simulates every candidate (Ring, RHD,
-  // OptCC at several segment counts, StragglAR for a call straggler) on the network model, with
+  // (for the profiler's persistent straggler only where the cost model, with that delay,
+  // predicts it faster than what the call would run without one: not for small calls, whose
+  // recursive doubling needs fewer rounds), else the fastest of Ring/RHD (and Rd); with degraded
+  // links it simulates every candidate (Ring, RHD, OptCC at several segment counts, StragglAR for a call straggler) on the network model, with
   // the straggler's delay, and runs the fastest (Ring unless another is switch_margin faster;
   // OptCC, judged by its fastest segment count, needs no margin over Ring and then runs the most
   // segments predicted within 2% of that count).
