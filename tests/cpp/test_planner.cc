@@ -2,10 +2,10 @@
 // model, and the fallbacks it reports.
 #include <gtest/gtest.h>
 
-#include <chrono>
 #include <map>
 #include <memory>
 
+#include "core/generators.h"
 #include "plan/planner.h"
 #include "runtime/error.h"
 
@@ -142,13 +142,13 @@ TEST(Planner, FallbacksAreReported) {
   EXPECT_NE(two.notes()[0].find("at least 3 ranks"), std::string::npos);
 
   // 300 ranks, not a power of 2: a constructed design, built in milliseconds (before it, the
-  // planner fell back to Ring here rather than wait minutes for the matching heuristic).
-  const auto start = std::chrono::steady_clock::now();
+  // planner fell back to Ring here rather than wait minutes for the matching heuristic). The
+  // fast path is what is asserted, not the wall-clock time (a shared 2-core VM).
+  EXPECT_TRUE(core::stragglar_builds_fast(300));
   Planner big(300, auto_config(Straggler::of_rank(7)));
   const PlanChoice c = big.choose(1 << 20, 7);
   EXPECT_EQ(c.algorithm, Algorithm::Stragglar);
   EXPECT_EQ(big.plan(7, c, 1 << 18, 4)->tag, plan_tag(Algorithm::Stragglar));
-  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(20));
   EXPECT_TRUE(big.notes().empty());
 }
 
