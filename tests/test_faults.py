@@ -382,8 +382,14 @@ def test_abort_fails_every_op_on_every_rank_at_once() -> None:
 
 def error_then_every_op_worker(rank: int, ws: int) -> dict[str, Any]:
     dist.all_reduce(torch.ones(8))
-    bad = h.capture(lambda: dist.all_reduce(torch.ones(11 if rank == 1 else 10)))
-    return {"bad": bad, "ops": _every_op(rank, ws)}
+    issued = h.capture(lambda: dist.all_reduce(torch.ones(11 if rank == 1 else 10), async_op=True))
+    if not issued.ok:  # a rank that saw the mismatch aborted the group before this one issued
+        return {"bad": issued, "bad_future": None, "ops": _every_op(rank, ws)}
+    work = issued.value
+    bad = h.capture(work.wait)
+    # The work's future is made when first asked for: asked after the failure, it carries it.
+    bad_future = h.capture(lambda: work.get_future().wait())
+    return {"bad": bad, "bad_future": bad_future, "ops": _every_op(rank, ws)}
 
 
 @pytest.mark.stragg_only
@@ -392,11 +398,16 @@ def test_after_an_error_every_op_raises_at_once_with_the_cause() -> None:
     for rank, v in enumerate(run.values()):
         _report("numel mismatch", rank, v["bad"])
         _raised(f"rank {rank} mismatch", v["bad"])
+        if v["bad_future"] is not None:
+            _raised(f"rank {rank} mismatch's future", v["bad_future"])
+            assert "numel" in v["bad_future"].msg, f"rank {rank}: {v['bad_future']}"
         for op, out in v["ops"].items():
             _report(f"numel mismatch, then {op}", rank, out)
             _raised(f"rank {rank} {op} after the mismatch", out)
             assert out.elapsed_s < AT_ONCE_S, f"rank {rank} {op}: not at once: {out}"
             assert "aborted" in out.msg and "numel" in out.msg, f"rank {rank} {op}: {out}"
+    # The ranks that detected the mismatch had issued the call: their futures were checked.
+    assert any(v["bad_future"] is not None for v in run.values()), "no rank issued the bad call"
 
 
 # ----------------------------------------------------------------------------------------------

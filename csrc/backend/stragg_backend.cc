@@ -183,7 +183,8 @@ c10::intrusive_ptr<c10d::Work> StraggBackend::submit_allreduce(
   const char* title = !at::hasCallbacks()                   ? nullptr
                       : type == c10d::OpType::ALLREDUCE ? "stragg:all_reduce"
                                                         : "stragg:all_reduce_coalesced";
-  auto work = c10::make_intrusive<StraggWork>(getRank(), type, title, outputs);
+  auto work = c10::make_intrusive<StraggWork>(getRank(), type, title, std::move(outputs));
+  work->keep_buffer(buffer, needs_copy_back);
   AllreduceCall call;
   call.name = name;
   call.data = buffer.data_ptr();
@@ -214,11 +215,12 @@ c10::intrusive_ptr<c10d::Work> StraggBackend::submit_allreduce(
       }
     };
   }
-  // The buffer (and the user's tensors) stay alive until the call is done.
-  call.done = [work, buffer, outputs, needs_copy_back, rank = getRank()](std::exception_ptr error) {
-    if (!error && needs_copy_back) {
+  // The work keeps the buffer (and the user's tensors) alive until the call is done. The closure
+  // holds 16 bytes, which std::function stores without allocating.
+  call.done = [work, rank = getRank()](std::exception_ptr error) {
+    if (!error && work->needs_copy_back()) {
       try {
-        copy_back(buffer, outputs, rank);
+        copy_back(work->buffer(), work->outputs(), rank);
       } catch (...) {
         error = std::current_exception();
       }

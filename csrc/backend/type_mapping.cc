@@ -60,13 +60,15 @@ std::string c10d_reduce_op_name(const c10d::ReduceOp& op) {
 
 LoweredReduceOp lower_reduce_op(const c10d::ReduceOp& op, DType dtype, int rank) {
   LoweredReduceOp out;
-  const std::string where = "stragg: rank " + std::to_string(rank) + ": all_reduce: ";
+  // TORCH_CHECK formats its message only when the check fails: no string per call.
+#define STRAGG_WHERE "stragg: rank ", rank, ": all_reduce: "
   switch (op.op_) {
     case c10d::ReduceOp::SUM:
       out.op = ReduceOp::Sum;
       break;
     case c10d::ReduceOp::AVG:
-      TORCH_CHECK(dtype != DType::Bool, where, "ReduceOp.AVG is not defined for bool tensors");
+      TORCH_CHECK(dtype != DType::Bool, STRAGG_WHERE,
+                  "ReduceOp.AVG is not defined for bool tensors");
       out.op = ReduceOp::Sum;
       out.average = true;
       break;
@@ -89,10 +91,10 @@ LoweredReduceOp lower_reduce_op(const c10d::ReduceOp& op, DType dtype, int rank)
       out.op = ReduceOp::BXor;
       break;
     case c10d::ReduceOp::PREMUL_SUM: {
-      TORCH_CHECK(is_floating(dtype), where, "ReduceOp.PREMUL_SUM needs a floating-point tensor, got ",
-                  dtype_name(dtype));
+      TORCH_CHECK(is_floating(dtype), STRAGG_WHERE,
+                  "ReduceOp.PREMUL_SUM needs a floating-point tensor, got ", dtype_name(dtype));
       auto* supp = dynamic_cast<c10d::PreMulSumSupplement*>(op.supplement_.get());
-      TORCH_CHECK(supp != nullptr, where, "ReduceOp.PREMUL_SUM without a factor");
+      TORCH_CHECK(supp != nullptr, STRAGG_WHERE, "ReduceOp.PREMUL_SUM without a factor");
       out.op = ReduceOp::Sum;
       out.premul = true;
       out.premul_factor = supp->tensor_factor.defined()
@@ -101,10 +103,11 @@ LoweredReduceOp lower_reduce_op(const c10d::ReduceOp& op, DType dtype, int rank)
       break;
     }
     default:
-      TORCH_CHECK(false, where, "unsupported reduce op ", c10d_reduce_op_name(op));
+      TORCH_CHECK(false, STRAGG_WHERE, "unsupported reduce op ", c10d_reduce_op_name(op));
   }
-  TORCH_CHECK(reduce_supported(dtype, out.op), where, "ReduceOp.", c10d_reduce_op_name(op),
+  TORCH_CHECK(reduce_supported(dtype, out.op), STRAGG_WHERE, "ReduceOp.", c10d_reduce_op_name(op),
               " is not supported for dtype ", dtype_name(dtype));
+#undef STRAGG_WHERE
   return out;
 }
 

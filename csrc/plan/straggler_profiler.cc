@@ -263,6 +263,7 @@ double StragglerProfiler::gain(int rank, const LinkModel& link) const {
 double StragglerProfiler::median_delay(int rank) const {
   if (rank < 0) return 0;
   std::vector<double> d;
+  d.reserve(window_.size());
   for (const auto& rec : window_)
     if (rec.last == rank) d.push_back(rec.delay_s);
   return median_of(std::move(d));

@@ -7,8 +7,6 @@
 #include <vector>
 
 #include "runtime/error.h"
-#include "runtime/step_sink.h"
-#include "runtime/step_window.h"
 
 namespace stragg {
 namespace {
@@ -20,19 +18,28 @@ using Clock = std::chrono::steady_clock;
 void Executor::run(const RankPlan& plan, const CollectiveSpec& spec, void* buf,
                    std::chrono::milliseconds timeout) {
   const auto start = Clock::now();
+  if (running_) {
+    throw Error(collective_prefix(transport_.rank(), spec) +
+                ": Executor::run called while another run of this executor is in progress");
+  }
+  struct Running {  // cleared however run() returns
+    bool& flag;
+    explicit Running(bool& f) : flag(f) { flag = true; }
+    ~Running() { flag = false; }
+  } running(running_);
   check_not_aborted(transport_, spec);
   publish(spec, Progress::kStarting, {});
   Stall stall(transport_, spec, start, timeout);
-  StepWindow window(transport_, plan, spec, static_cast<uint8_t*>(buf), lookahead_, stats_);
+  window_.start(plan, spec, static_cast<uint8_t*>(buf));
   int32_t doing_step = -1;
   std::string doing;
   try {
-    while (!window.done()) {
+    while (!window_.done()) {
       const uint64_t token = transport_.activity_token();
-      if (window.progress()) continue;
+      if (window_.progress()) continue;
       const auto now = Clock::now();
-      window.awaited(awaited_);
-      const int32_t step = static_cast<int32_t>(window.current_step());
+      window_.awaited(awaited_);
+      const int32_t step = static_cast<int32_t>(window_.current_step());
       // Published when it changes: a small call waits once or twice per step.
       if (step != progress_.step || awaited_ != progress_.awaiting) publish(spec, step, awaited_);
       if (step != doing_step) {
@@ -49,8 +56,9 @@ void Executor::run(const RankPlan& plan, const CollectiveSpec& spec, void* buf,
     transport_.signal_abort(e.what());
     throw;
   }
-  if (window.pre_arrival_end() > start) {
-    stats_.pre_arrival_s += std::chrono::duration<double>(window.pre_arrival_end() - start).count();
+  if (window_.pre_arrival_end() > start) {
+    stats_.pre_arrival_s +=
+        std::chrono::duration<double>(window_.pre_arrival_end() - start).count();
   }
   publish(spec, Progress::kFinished, {});
   stats_.runs += 1;

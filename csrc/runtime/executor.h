@@ -10,6 +10,7 @@
 #include "runtime/dtype.h"
 #include "runtime/plan.h"
 #include "runtime/stall.h"
+#include "runtime/step_window.h"
 #include "transport/transport.h"
 
 namespace stragg {
@@ -30,7 +31,7 @@ class Executor {
   static constexpr size_t kDefaultLookahead = 8;
 
   explicit Executor(Transport& transport, size_t lookahead = kDefaultLookahead)
-      : transport_(transport), lookahead_(lookahead) {}
+      : transport_(transport), window_(transport, lookahead, stats_) {}
 
   // Executes `plan` in place on `buf` (spec.numel elements of spec.dtype): up to the lookahead's
   // steps in flight, each op running once the data it touches is ready (runtime/step_window.h),
@@ -38,7 +39,7 @@ class Executor {
   // when peers disagree on the collective (message contains "mismatch" and the field), when a
   // peer dies or does not arrive before `timeout` (naming it), or when another rank aborted the
   // group. Any failure aborts the group for every rank (Transport::signal_abort), so the other
-  // ranks raise promptly instead of hanging.
+  // ranks raise promptly instead of hanging. One run at a time (the window is reused).
   void run(const RankPlan& plan, const CollectiveSpec& spec, void* buf,
            std::chrono::milliseconds timeout);
 
@@ -61,8 +62,9 @@ class Executor {
   void publish(const CollectiveSpec& spec, int32_t step, const std::vector<int>& awaiting);
 
   Transport& transport_;
-  size_t lookahead_;
   ExecutorStats stats_;
+  StepWindow window_;  // reused by every run (its lists keep their capacity)
+  bool running_ = false;
   // Reused by every run (no allocation per wait): the last published progress and the peers
   // awaited now.
   Progress progress_;

@@ -8,7 +8,7 @@
 #include <memory>
 #include <string>
 
-#include "runtime/executor.h"
+#include "runtime/stall.h"
 #include "runtime/plan.h"
 #include "transport/transport.h"
 

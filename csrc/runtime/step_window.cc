@@ -3,7 +3,6 @@
 #include <algorithm>
 
 #include "runtime/executor.h"
-#include "runtime/step_sink.h"
 
 namespace stragg {
 namespace {
@@ -15,54 +14,62 @@ bool overlap(const PlanOp& a, const PlanOp& b) {
 
 }  // namespace
 
-StepWindow::StepWindow(Transport& transport, const RankPlan& plan, const CollectiveSpec& spec,
-                       uint8_t* buf, size_t lookahead, ExecutorStats& stats)
+StepWindow::StepWindow(Transport& transport, size_t lookahead, ExecutorStats& stats)
     : t_(transport),
-      plan_(plan),
-      spec_(spec),
-      buf_(buf),
       lookahead_(std::max<size_t>(1, lookahead)),
-      elem_(dtype_size(spec.dtype)),
       limits_(transport.supports_recv_limit()),
-      stats_(stats) {}
+      stats_(stats),
+      slots_(lookahead_) {}
 
-StepWindow::~StepWindow() = default;
+void StepWindow::start(const RankPlan& plan, const CollectiveSpec& spec, uint8_t* buf) {
+  plan_ = &plan;
+  spec_ = &spec;
+  buf_ = buf;
+  elem_ = dtype_size(spec.dtype);
+  for (size_t i = 0; i < posted_; ++i) slot(i).sinks.clear();  // a failed run's staging memory
+  head_ = 0;
+  posted_ = 0;
+  retired_ = 0;
+  pre_arrival_end_ = {};
+}
 
 const StepWindow::Active* StepWindow::find(size_t step_index) const {
-  if (step_index < retired_ || step_index >= retired_ + active_.size()) return nullptr;
-  return &active_[step_index - retired_];
+  if (step_index < retired_ || step_index >= retired_ + posted_) return nullptr;
+  return &slot(step_index - retired_);
 }
 
 void StepWindow::post(size_t step_index) {
-  const PlanStep& step = plan_.steps[step_index];
-  active_.emplace_back();
-  Active& a = active_.back();
+  const PlanStep& step = plan_->steps[step_index];
+  Active& a = slot(posted_++);
   a.index = step_index;
-  a.sends.resize(step.sends.size());
-  a.recvs.resize(step.recvs.size());
+  a.complete = false;
+  a.sends.assign(step.sends.size(), SendOp{});
+  a.recvs.assign(step.recvs.size(), RecvOp{});
   const int rank = t_.rank();
   for (size_t i = 0; i < step.sends.size(); ++i) {
     const PlanOp& p = step.sends[i];
     SendOp& s = a.sends[i];
     s.peer = p.peer;
     s.data = buf_ + p.offset * elem_;
-    s.header.coll_seq = spec_.seq;
+    s.header.coll_seq = spec_->seq;
     s.header.payload_bytes = p.count * elem_;
-    s.header.numel = spec_.numel;
+    s.header.numel = spec_->numel;
     s.header.step = step.id;
     s.header.sender = static_cast<uint32_t>(rank);
-    s.header.dtype = static_cast<uint8_t>(spec_.dtype);
-    s.header.op = static_cast<uint8_t>(spec_.op);
-    s.header.algo = plan_.tag;
+    s.header.dtype = static_cast<uint8_t>(spec_->dtype);
+    s.header.op = static_cast<uint8_t>(spec_->op);
+    s.header.algo = plan_->tag;
     stats_.bytes_sent += p.count * elem_;
   }
+  a.sinks.clear();
+  a.sinks.reserve(step.recvs.size());  // no reallocation below: recvs point into it
   for (size_t i = 0; i < step.recvs.size(); ++i) {
     PlanOp p = step.recvs[i];
     // Without RecvOp::limit, a receive overlapping a send of the step must be staged.
     if (p.follows_send >= 0 && !limits_) p.staged = true;
-    a.sinks.push_back(std::make_unique<StepSink>(rank, spec_, plan_.tag, step.id, p, buf_));
+    a.sinks.emplace_back(rank, *spec_, plan_->tag, step.id, p, buf_);
     a.recvs[i].peer = p.peer;
-    a.recvs[i].sink = a.sinks.back().get();
+    a.recvs[i].sink = &a.sinks.back();
     stats_.bytes_received += p.count * elem_;
   }
   add_deps(a);
@@ -70,13 +77,17 @@ void StepWindow::post(size_t step_index) {
 
 // Conflicts of the new step's ops with the unfinished ops of the earlier posted steps.
 void StepWindow::add_deps(Active& a) {
-  const PlanStep& step = plan_.steps[a.index];
-  a.send_deps.assign(step.sends.size(), {});
-  a.recv_deps.assign(step.recvs.size(), {});
-  for (const Active& e : active_) {
+  const PlanStep& step = plan_->steps[a.index];
+  // Resized and cleared, not reassigned: the inner lists keep their capacity.
+  a.send_deps.resize(step.sends.size());
+  a.recv_deps.resize(step.recvs.size());
+  for (auto& d : a.send_deps) d.clear();
+  for (auto& d : a.recv_deps) d.clear();
+  for (size_t k = 0; k < posted_; ++k) {
+    const Active& e = slot(k);
     if (e.index >= a.index) break;
     if (e.complete) continue;
-    const PlanStep& earlier = plan_.steps[e.index];
+    const PlanStep& earlier = plan_->steps[e.index];
     for (size_t j = 0; j < earlier.recvs.size(); ++j) {
       for (size_t i = 0; i < step.sends.size(); ++i) {  // read after write
         if (overlap(step.sends[i], earlier.recvs[j])) a.send_deps[i].push_back({e.index, false, j});
@@ -98,7 +109,7 @@ bool StepWindow::dep_satisfied(const Dep& d) const {
   if (e == nullptr || e->complete) return true;  // retired or completed: its writes are applied
   if (d.send) return e->sends[d.index].done;
   // A staged receive writes the buffer only when its step completes.
-  const PlanOp& p = plan_.steps[d.step].recvs[d.index];
+  const PlanOp& p = plan_->steps[d.step].recvs[d.index];
   const bool staged = p.staged || (p.follows_send >= 0 && !limits_);
   return !staged && e->recvs[d.index].done;
 }
@@ -115,7 +126,8 @@ bool StepWindow::ready(std::vector<Dep>& deps) const {
 bool StepWindow::peer_busy(size_t step_index, bool send, size_t index) const {
   const Active* self = find(step_index);
   const int peer = send ? self->sends[index].peer : self->recvs[index].peer;
-  for (const Active& e : active_) {
+  for (size_t k = 0; k < posted_; ++k) {
+    const Active& e = slot(k);
     if (e.index > step_index) break;
     const size_t limit = e.index == step_index ? index : (send ? e.sends.size() : e.recvs.size());
     for (size_t j = 0; j < limit; ++j) {
@@ -127,7 +139,7 @@ bool StepWindow::peer_busy(size_t step_index, bool send, size_t index) const {
 }
 
 bool StepWindow::progress_step(Active& a) {
-  const PlanStep& step = plan_.steps[a.index];
+  const PlanStep& step = plan_->steps[a.index];
   bool moved = false;
   bool all_done = true;
   for (size_t i = 0; i < a.sends.size(); ++i) {
@@ -157,9 +169,9 @@ bool StepWindow::progress_step(Active& a) {
                std::all_of(a.recvs.begin(), a.recvs.end(), [](const RecvOp& r) { return r.done; });
   }
   if (all_done) {
-    for (auto& sink : a.sinks) sink->apply_staged();
+    for (auto& sink : a.sinks) sink.apply_staged();
     a.complete = true;
-    a.sinks.clear();  // frees the staging memory
+    a.sinks.clear();  // frees the staging memory (the list keeps its capacity)
     if (step.pre_arrival) pre_arrival_end_ = std::chrono::steady_clock::now();
     moved = true;
   }
@@ -168,15 +180,17 @@ bool StepWindow::progress_step(Active& a) {
 
 bool StepWindow::progress() {
   bool moved = false;
-  while (active_.size() < lookahead_ && retired_ + active_.size() < plan_.steps.size()) {
-    post(retired_ + active_.size());
+  while (posted_ < lookahead_ && retired_ + posted_ < plan_->steps.size()) {
+    post(retired_ + posted_);
     moved = true;
   }
-  for (Active& a : active_) {
+  for (size_t k = 0; k < posted_; ++k) {
+    Active& a = slot(k);
     if (!a.complete) moved |= progress_step(a);
   }
-  while (!active_.empty() && active_.front().complete) {
-    active_.pop_front();
+  while (posted_ > 0 && slot(0).complete) {
+    head_ = (head_ + 1) % slots_.size();
+    --posted_;
     ++retired_;
     moved = true;
   }
@@ -189,7 +203,8 @@ void StepWindow::awaited(std::vector<int>& out) const {
     return std::all_of(deps.begin(), deps.end(), [this](const Dep& d) { return dep_satisfied(d); });
   };
   out.clear();
-  for (const Active& a : active_) {
+  for (size_t k = 0; k < posted_; ++k) {
+    const Active& a = slot(k);
     for (size_t i = 0; i < a.recvs.size(); ++i)
       if (!a.recvs[i].done && runnable(a.recv_deps[i])) out.push_back(a.recvs[i].peer);
     for (size_t i = 0; i < a.sends.size(); ++i)

@@ -20,38 +20,43 @@
 // step's ops are all done. The result is bitwise the same as lockstep execution: every byte is
 // reduced and copied by the same operations in the same order; only independent transfers
 // overlap. lookahead = 1 is the lockstep executor.
+//
+// An Executor keeps one StepWindow and start()s it for every run: the posted steps live in
+// `lookahead` slots whose op, sink and dependency lists keep their capacity from run to run, so
+// once calls of a shape have run, the next one allocates nothing here (small calls would
+// otherwise pay a dozen allocations each).
 #pragma once
 
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
-#include <deque>
-#include <memory>
 #include <vector>
 
 #include "runtime/dtype.h"
 #include "runtime/plan.h"
+#include "runtime/step_sink.h"
 #include "transport/transport.h"
 
 namespace stragg {
 
 struct CollectiveSpec;
 struct ExecutorStats;
-class StepSink;
 
 class StepWindow {
  public:
-  StepWindow(Transport& transport, const RankPlan& plan, const CollectiveSpec& spec, uint8_t* buf,
-             size_t lookahead, ExecutorStats& stats);
-  ~StepWindow();
+  StepWindow(Transport& transport, size_t lookahead, ExecutorStats& stats);
   StepWindow(const StepWindow&) = delete;
   StepWindow& operator=(const StepWindow&) = delete;
+
+  // Begins running `plan` on `buf` (spec.numel elements of spec.dtype); plan and spec must
+  // outlive the run. Whatever a previous run left posted is dropped.
+  void start(const RankPlan& plan, const CollectiveSpec& spec, uint8_t* buf);
 
   // Posts steps up to the lookahead and progresses every op that may run. True if anything
   // moved (bytes, a step completed or was posted). Throws stragg::Error from the transport or a
   // rejected header.
   bool progress();
-  bool done() const { return retired_ == plan_.steps.size(); }
+  bool done() const { return retired_ == plan_->steps.size(); }
   // Peers this rank waits for: those of the unfinished ops of the posted steps that wait for no
   // earlier op of this rank, sorted, once each (into `out`, whose capacity is reused).
   void awaited(std::vector<int>& out) const;
@@ -66,11 +71,12 @@ class StepWindow {
     bool send;
     size_t index;  // within the step's sends / recvs
   };
+  // A posted step. Reused: post() refills the lists of the slot it takes (capacity kept).
   struct Active {
     size_t index = 0;
     std::vector<SendOp> sends;
     std::vector<RecvOp> recvs;
-    std::vector<std::unique_ptr<StepSink>> sinks;
+    std::vector<StepSink> sinks;  // recvs[i].sink points to sinks[i]
     std::vector<std::vector<Dep>> send_deps, recv_deps;
     bool complete = false;  // every op done, staged receives applied
   };
@@ -82,16 +88,21 @@ class StepWindow {
   bool peer_busy(size_t step_index, bool send, size_t index) const;
   bool progress_step(Active& a);
   const Active* find(size_t step_index) const;
+  // The i-th posted step (i < posted_), in step order.
+  Active& slot(size_t i) { return slots_[(head_ + i) % slots_.size()]; }
+  const Active& slot(size_t i) const { return slots_[(head_ + i) % slots_.size()]; }
 
   Transport& t_;
-  const RankPlan& plan_;
-  const CollectiveSpec& spec_;
-  uint8_t* buf_;
   const size_t lookahead_;
-  const size_t elem_;
   const bool limits_;
   ExecutorStats& stats_;
-  std::deque<Active> active_;  // steps [retired_, retired_ + active_.size())
+  const RankPlan* plan_ = nullptr;
+  const CollectiveSpec* spec_ = nullptr;
+  uint8_t* buf_ = nullptr;
+  size_t elem_ = 0;
+  std::vector<Active> slots_;  // lookahead_ of them, a ring: step retired_ + i in slot(i)
+  size_t head_ = 0;            // slot of step retired_
+  size_t posted_ = 0;          // steps [retired_, retired_ + posted_) are posted
   size_t retired_ = 0;
   std::chrono::steady_clock::time_point pre_arrival_end_{};
 };

@@ -145,6 +145,7 @@ void GroupProfiler::exchange(Executor& ex, const InternalSpec& spec,
 
 bool GroupProfiler::drifted(const std::vector<double>& all, int k) {
   std::vector<double> ratios;
+  ratios.reserve(static_cast<size_t>(k));
   for (int i = 0; i < k; ++i) {
     if (!(batch_predicted_[i] > 0)) continue;
     // The rank that arrived last waited for nobody: its duration is the communication time.

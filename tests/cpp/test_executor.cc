@@ -65,6 +65,46 @@ INSTANTIATE_TEST_SUITE_P(Sizes, RingAllreduce,
                                            Case{3, 2}, Case{3, 100003}, Case{4, 65536},
                                            Case{5, 7}, Case{8, 40000}));
 
+// An Executor reuses its step window from run to run (the lists keep their capacity): plans of
+// other shapes, fewer or more steps than the window holds, must still run as if fresh.
+TEST(Executor, ReusedAcrossPlansOfDifferentShapes) {
+  InMemoryRendezvous rdv;
+  const int n = 4;
+  struct Run {
+    bool ring;
+    size_t numel;
+  };
+  const std::vector<Run> runs = {{true, 1000}, {false, 7},  {true, 1},
+                                 {true, 10001}, {false, 4096}, {true, 3}};
+  std::vector<std::vector<std::vector<float>>> results(n);
+  run_ranks(n, [&](int r) {
+    ShmTransport t(rdv, "reuse", r, n, ShmOptions{});
+    Executor ex(t, /*lookahead=*/2);  // the ring's 6 steps go round the 2 slots three times
+    uint64_t seq = 0;
+    for (const Run& run : runs) {
+      std::vector<float> buf(run.numel);
+      for (size_t i = 0; i < run.numel; ++i) buf[i] = static_cast<float>((r + 1) * (i % 13));
+      CollectiveSpec spec;
+      spec.seq = seq++;
+      spec.numel = run.numel;
+      const auto plan = run.ring ? ring_allreduce_plan(r, n, run.numel)
+                                 : small_allreduce_plan(r, n, run.numel);
+      ex.run(*plan, spec, buf.data(), std::chrono::seconds(20));
+      results[r].push_back(std::move(buf));
+    }
+  });
+  for (size_t k = 0; k < runs.size(); ++k) {
+    for (size_t i = 0; i < runs[k].numel; ++i) {
+      // 1 + 2 + 3 + 4 = 10 times i % 13: exact in float.
+      ASSERT_EQ(results[0][k][i], static_cast<float>(10 * (i % 13))) << "run " << k << " @" << i;
+    }
+    for (int r = 1; r < n; ++r) {
+      ASSERT_EQ(std::memcmp(results[r][k].data(), results[0][k].data(), runs[k].numel * 4), 0)
+          << "run " << k << ": rank " << r << " differs from rank 0";
+    }
+  }
+}
+
 TEST(Executor, MismatchedNumelRaisesOnEveryRank) {
   testing::check_numel_mismatch_raises_everywhere(4, [](Rendezvous& rdv, int r, int n) {
     return std::make_unique<ShmTransport>(rdv, "mm", r, n, ShmOptions{});
