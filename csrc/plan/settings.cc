@@ -288,7 +288,7 @@ const std::vector<Row>& rows() {
          s.tcp_staging_bytes = size_of(v, 4096, a);
        },
        [](const Settings& s) { return format_size(s.tcp_staging_bytes); }},
-      {{"tcp_pipeline_bytes", "STRAGG_TCP_PIPELINE_BYTES", "size", "256KiB", "a size (0: off)",
+      {{"tcp_pipeline_bytes", "STRAGG_TCP_PIPELINE_BYTES", "size", "64KiB", "a size (0: off)",
         "when a group reaches peers over TCP, schedules that need no staging (Ring, RHD, ...) "
         "forward chunks larger than this in segments of about this size, so a rank passes data "
         "on while the rest of its chunk is still arriving (shared memory does not split)",

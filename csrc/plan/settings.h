@@ -79,7 +79,7 @@ struct Settings {
   std::string tcp_host;  // empty: the local address that routes to the store host
   uint16_t tcp_port = 0;
   size_t tcp_staging_bytes = 512 * 1024;
-  size_t tcp_pipeline_bytes = 256 * 1024;  // over TCP, chunks are forwarded in such segments
+  size_t tcp_pipeline_bytes = 64 * 1024;  // over TCP, chunks are forwarded in such segments
   bool profile = true;
   int profile_every = 16;
   int profile_window = 64;
