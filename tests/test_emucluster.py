@@ -3,7 +3,7 @@ links) with a per-host launcher.
 
 Checks: up/down leave nothing behind and are idempotent; a second `up` removes what the first
 left; the cluster and every job process are gone after an exception in the `with` block, a
-failing job, a timeout and Ctrl-C; jobs see RANK/WORLD_SIZE/MASTER_ADDR/... and their own host
+failing job, a timeout, Ctrl-C and SIGTERM; jobs see RANK/WORLD_SIZE/MASTER_ADDR/... and their own host
 address; cut/restore stops and resumes a TCP connection without breaking it; a degraded host's
 link runs at R / l relative to a healthy one (a ratio band: a property of tc, not of our speed);
 loss drops that share of packets; torchrun launches across hosts; without root every command
@@ -145,6 +145,48 @@ def test_exception_in_with_block_kills_the_job_and_tears_down(emu: Any) -> None:
         raise RuntimeError("boom")
     assert not any(_alive(p) for p in pids)
     assert emu.net.own_namespaces(name) == []
+
+
+_SIGTERM_PROGRAM = """
+import signal, sys, time
+from stragg import emucluster
+name = sys.argv[1]
+before = signal.getsignal(signal.SIGTERM)
+with emucluster.EmuCluster(hosts=1, name=name + "a"):
+    inside = signal.getsignal(signal.SIGTERM)
+print("handlers", before == signal.SIG_DFL, inside != before,
+      signal.getsignal(signal.SIGTERM) == before, flush=True)
+with emucluster.EmuCluster(hosts=2, name=name) as c:
+    print("pids", *c.spawn(["sleep", "300"], output=None).pids, flush=True)
+    time.sleep(300)
+"""
+
+
+def test_sigterm_inside_the_with_block_tears_down(emu: Any) -> None:
+    # A program using the API (benchmarks/degraded.py) killed with SIGTERM: its default action
+    # would skip the with-block's teardown and leave the namespaces behind.
+    name = _emu.new_name()
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _SIGTERM_PROGRAM, name],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    try:
+        assert proc.stdout is not None
+        handlers = proc.stdout.readline().split()
+        # Replaced inside a with-block only where it was the default, restored after it.
+        assert handlers == ["handlers", "True", "True", "True"], handlers
+        line = proc.stdout.readline()
+        assert line.startswith("pids"), proc.stderr.read() if proc.stderr else ""
+        pids = [int(p) for p in line.split()[1:]]
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 128 + signal.SIGTERM and "Traceback" not in err, err
+    assert not any(_alive(p) for p in pids)
+    assert emu.net.own_namespaces(name) == [] and emu.net.own_namespaces(name + "a") == []
 
 
 def test_failing_job_kills_the_others_and_reports_its_status(emu: Any, cluster: Any) -> None:

@@ -11,7 +11,14 @@ from collections.abc import Sequence
 from typing import Any
 
 from . import _emunet as net
-from .emucluster import DEFAULT_NAME, DEFAULT_PORT, EmuCluster, EmuClusterError
+from .emucluster import (
+    DEFAULT_NAME,
+    DEFAULT_PORT,
+    EmuCluster,
+    EmuClusterError,
+    Terminated,
+    _raise_terminated,
+)
 
 # ---------------------------------------------------------------------------------------------
 # Command line
@@ -206,26 +213,16 @@ def _dispatch(args: argparse.Namespace) -> int:
     return 0
 
 
-class _Terminated(KeyboardInterrupt):
-    def __init__(self, signum: int) -> None:
-        super().__init__(signum)
-        self.signum = signum
-
-
-def _raise_terminated(signum: int, _frame: object) -> None:
-    raise _Terminated(signum)
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     for sig in (signal.SIGTERM, signal.SIGHUP):
-        signal.signal(sig, _raise_terminated)
+        signal.signal(sig, _raise_terminated)  # for the whole command, not only its with-blocks
     try:
         return _dispatch(args)
     except EmuClusterError as exc:
         print(f"emucluster: {exc}", file=sys.stderr)
         return 1
-    except KeyboardInterrupt as exc:  # everything is torn down by the with-blocks by now
-        signum = exc.signum if isinstance(exc, _Terminated) else signal.SIGINT
+    except (KeyboardInterrupt, Terminated) as exc:  # the with-blocks tore everything down
+        signum = exc.signum if isinstance(exc, Terminated) else signal.SIGINT
         print(f"emucluster: interrupted ({signal.Signals(signum).name}); stopped", file=sys.stderr)
         return 128 + signum

@@ -58,8 +58,10 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
+import threading
 from collections.abc import Sequence
 from typing import IO, TYPE_CHECKING, Any
 
@@ -80,12 +82,41 @@ __all__ = [
     "JobResult",
     "PrivilegeError",
     "ProcSpec",
+    "Terminated",
     "main",
 ]
 
 DEFAULT_NAME = "cluster"
 DEFAULT_PORT = 29500
 _STDOUT = object()  # "stream to sys.stdout as it is when the job starts"
+_TERMINATING_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
+
+
+class Terminated(SystemExit):
+    """SIGTERM or SIGHUP arrived inside `with EmuCluster(...)`: raised so that the with-block
+    unwinds and tears the cluster down, as Ctrl-C's KeyboardInterrupt does; uncaught, the
+    program exits with the shell's status for that signal (128 + signum) and no traceback."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(128 + signum)
+        self.signum = signum
+
+
+def _raise_terminated(signum: int, _frame: object) -> None:
+    raise Terminated(signum)
+
+
+def _catch_termination() -> dict[int, Any]:
+    """Turns SIGTERM / SIGHUP into Terminated where they would kill the process outright (their
+    default action skips every finally-block, leaving the namespaces behind); returns the
+    handlers replaced. Only the main thread can set handlers; one the program set stays."""
+    if threading.current_thread() is not threading.main_thread():
+        return {}
+    replaced = {}
+    for sig in _TERMINATING_SIGNALS:
+        if signal.getsignal(sig) == signal.SIG_DFL:
+            replaced[sig] = signal.signal(sig, _raise_terminated)
+    return replaced
 
 
 class EmuCluster:
@@ -117,6 +148,7 @@ class EmuCluster:
         self._hosts: list[Host] = []
         self._jobs: list[Job] = []
         self._owner = True  # False when attached to a cluster made by an earlier `up`
+        self._replaced_handlers: dict[int, Any] = {}  # signal handlers the with-block replaced
 
     # -- lifecycle ------------------------------------------------------------------------------
 
@@ -170,15 +202,28 @@ class EmuCluster:
         self._jobs.clear()
 
     def __enter__(self) -> Self:
-        if self._owner:
-            self.up()
+        self._replaced_handlers = _catch_termination()
+        try:
+            if self._owner:
+                self.up()
+        except BaseException:
+            self._restore_handlers()
+            raise
         return self
 
     def __exit__(self, *exc: object) -> None:
-        if self._owner:
-            self.down()
-        else:
-            self.kill_jobs()
+        try:
+            if self._owner:
+                self.down()
+            else:
+                self.kill_jobs()
+        finally:
+            self._restore_handlers()
+
+    def _restore_handlers(self) -> None:
+        for sig, handler in self._replaced_handlers.items():
+            signal.signal(sig, handler)
+        self._replaced_handlers = {}
 
     # -- hosts and links ------------------------------------------------------------------------
 
