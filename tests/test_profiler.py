@@ -141,9 +141,7 @@ def _python_settings(rank: int, ws: int) -> dict[str, Any]:
     stragg.profiler.configure(every=4, window=16, patience=1)
     stragg.set_policy(algo="auto", straggler="auto")
     group = dist.new_group(backend="stragg")
-    # A size where StragglAR pays (the profiler names only stragglers Auto would run it for: at
-    # 4 KiB recursive doubling stays faster whatever the delay).
-    base = torch.ones(NUMEL)
+    base = torch.ones(1024)
     for _ in range(16):
         t = base.clone()
         if rank == 0:

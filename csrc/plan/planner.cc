@@ -202,7 +202,6 @@ void Planner::set_network(const NetworkModel& network) {
   auto_choice_.clear();
   degraded_choice_.clear();
   profiled_choice_.clear();
-  stragglar_gain_.clear();
 }
 
 LinkModel Planner::link_model() const {
@@ -245,29 +244,6 @@ double Planner::predict(Algorithm algorithm, size_t bytes) const {
     c.straggler = n_ - 1;
   }
   return predict(c, bytes);
-}
-
-double Planner::stragglar_gain(size_t bytes, int straggler, int late_rank, double delay_s) const {
-  if (n_ < 3 || !stragglar_ok_ || straggler < 0 || straggler >= n_) return 0.0;
-  if (late_rank < 0 || late_rank >= n_) late_rank = -1;
-  const double bucket = late_rank >= 0 ? delay_bucket(delay_s) : 0.0;
-  const GainKey key{bytes, straggler, late_rank, bucket};
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    auto it = stragglar_gain_.find(key);
-    if (it != stragglar_gain_.end()) return it->second;
-  }
-  PlanChoice without;  // Ring unless Auto would choose otherwise
-  if (config_.algo == Algorithm::Auto) without = choose(bytes, -1, 0.0, /*host=*/true);
-  PlanChoice stragglar;
-  stragglar.algorithm = Algorithm::Stragglar;
-  stragglar.straggler = straggler;
-  const double gain =
-      predict(without, bytes, late_rank, bucket) - predict(stragglar, bytes, late_rank, bucket);
-  std::lock_guard<std::mutex> lock(mu_);
-  if (stragglar_gain_.size() >= kAutoChoiceCacheLimit) stragglar_gain_.clear();
-  stragglar_gain_[key] = gain;
-  return gain;
 }
 
 PlanChoice Planner::auto_base(size_t bytes, bool allow_rd) const {

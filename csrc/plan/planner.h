@@ -120,12 +120,6 @@ class Planner {
   double predict(const PlanChoice& choice, size_t bytes, int late_rank = -1,
                  double delay_s = 0) const;
   double predict(Algorithm algorithm, size_t bytes) const;
-  // What StragglAR for `straggler` is predicted to save (negative: to lose) on one host call of
-  // `bytes` in which `late_rank` (-1: nobody) arrived `delay_s` after the others, against the plan
-  // Auto runs when no straggler is named (Ring for an explicit algorithm): the same simulation
-  // Auto's per-call choice uses, so the profiler names a straggler by the model the planner then
-  // runs it by. 0 where StragglAR cannot run (n < 3, no fast design). Cached per delay bucket.
-  double stragglar_gain(size_t bytes, int straggler, int late_rank, double delay_s) const;
 
   // OptCC segment counts Auto considers.
   static const std::vector<int>& optcc_segment_candidates();
@@ -151,7 +145,6 @@ class Planner {
   using ScheduleKey = std::tuple<Algorithm, int, std::vector<std::pair<int, double>>, int>;
   using PlanKey = std::tuple<ScheduleKey, int, size_t, size_t, bool>;
   using AutoKey = std::tuple<size_t, int, double>;
-  using GainKey = std::tuple<size_t, int, int, double>;  // bytes, straggler, late rank, bucket
 
   int n_;
   PlannerConfig config_;
@@ -165,7 +158,6 @@ class Planner {
   mutable std::map<std::pair<size_t, bool>, PlanChoice> auto_choice_;
   mutable std::map<AutoKey, PlanChoice> degraded_choice_;  // with degraded links
   mutable std::map<AutoKey, PlanChoice> profiled_choice_;  // persistent straggler, healthy links
-  mutable std::map<GainKey, double> stragglar_gain_;        // stragglar_gain()
   // Lowered plans, most recently used first (bounded: a DDP job uses a handful of sizes).
   mutable std::list<std::pair<PlanKey, std::shared_ptr<const RankPlan>>> plans_;
 };

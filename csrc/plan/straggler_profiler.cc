@@ -192,7 +192,7 @@ bool StragglerProfiler::update_straggler() {
        << ", critical delay "
        << ms(cf::stragglar_critical_delay(n_, median_bytes(), link_.alpha_s, link_.beta_s_per_byte))
        << " at " << static_cast<int64_t>(median_bytes()) << " bytes); predicted gain "
-       << ms(gain(r, link_)) << " per call";
+       << ms(gain(r, link_)) << " per call over Ring";
     return os.str();
   };
   if (straggler_ >= 0 && leave_streak_ >= patience) {
@@ -210,7 +210,7 @@ bool StragglerProfiler::update_straggler() {
       os << "rank " << old << " dropped: last in " << pct(share(e, old)) << " of the window's "
          << e.significant << " significant calls (drop below " << pct(settings_.drop_share)
          << "), median delay " << ms(median_delay(old)) << ", predicted gain "
-         << ms(gain(old, link_)) << " per call (needs > " << ms(settings_.min_gain_s)
+         << ms(gain(old, link_)) << " per call over Ring (needs > " << ms(settings_.min_gain_s)
          << ")";
       record_decision(-1, os.str());
     }
@@ -255,11 +255,8 @@ double StragglerProfiler::share(const Evaluation& e, int rank) const {
 double StragglerProfiler::gain(int rank, const LinkModel& link) const {
   if (rank < 0 || window_.empty()) return 0;
   double sum = 0;
-  for (const auto& rec : window_) {
-    sum += gain_model_ ? gain_model_(rank, rec.bytes, rec.last, rec.delay_s)
-                       : stragglar_call_gain(n_, static_cast<double>(rec.bytes), rec.delay_s,
-                                             rec.last == rank, link);
-  }
+  for (const auto& rec : window_)
+    sum += stragglar_call_gain(n_, static_cast<double>(rec.bytes), rec.delay_s, rec.last == rank, link);
   return sum / static_cast<double>(window_.size());
 }
 

@@ -14,15 +14,12 @@
 //  1. Per call: last rank = argmin duration (ties: lowest rank), d = second smallest - smallest.
 //     The call is significant iff d >= noise_floor_s; otherwise "nobody was late". A call with a
 //     negative (or non-finite) duration on any rank is skipped entirely.
-//  2. Gain of s = mean over ALL window calls of the time StragglAR for s is predicted to save per
-//     call. The model is set_gain_model()'s (the session's: the planner's simulation against
-//     the plan Auto runs without a straggler, Planner::stragglar_gain, so the profiler names a
-//     straggler by the model the planner then runs it by). Without one, the closed form against
-//     Ring, stragglar_call_gain(): for a call of b bytes, measured from the (n-1)-th arrival
-//     (alpha/beta from the LinkModel), Ring takes d + ring(); StragglAR for straggler s, when s
-//     was the late rank, takes max(d, stragglar_reduce_scatter()) + stragglar_best(); when s was
-//     not late (another rank was, or nobody) StragglAR loses the critical delay c =
-//     stragglar_critical_delay() against Ring.
+//  2. Cost of a call of b bytes, measured from the (n-1)-th arrival (closed_form, alpha/beta
+//     from the LinkModel): Ring takes d + ring(); StragglAR for straggler s, when s was the late
+//     rank, takes max(d, stragglar_reduce_scatter()) + stragglar_best(); when s was not late
+//     (another rank was, or nobody) StragglAR loses the critical delay c =
+//     stragglar_critical_delay() against Ring. Gain of s = mean over ALL window calls of
+//     (Ring - StragglAR) per call.
 //  3. Candidate = rank with the most significant last-counts in the window (ties: lowest rank);
 //     share(r) = count(r) / significant calls in the window, or 0 when fewer than window/4 calls
 //     of the window are significant. A rank qualifies for adoption iff share >= adopt_share and
@@ -46,7 +43,6 @@
 #include <cstddef>
 #include <cstdint>
 #include <deque>
-#include <functional>
 #include <string>
 #include <vector>
 
@@ -86,7 +82,7 @@ struct ProfilerSummary {
   double candidate_share = 0;  // 0 while fewer than window/4 window calls are significant
   double median_delay_s = 0;    // median delay over window calls where the candidate was last (0 if none)
   double critical_delay_s = 0;  // StragglAR critical delay at the window's median bytes
-  double predicted_gain_s = 0;  // predicted mean time saved per call by StragglAR for the candidate (rule 2)
+  double predicted_gain_s = 0;  // predicted mean time saved per call by StragglAR for the candidate over Ring
   double straggler_share = 0;   // the same two numbers for the current straggler (0 if none)
   double straggler_gain_s = 0;
   std::vector<int64_t> last_counts;         // who-was-last histogram over all significant calls seen
@@ -108,9 +104,6 @@ class StragglerProfiler {
  public:
   static constexpr size_t kRecentCalls = 4096;
   static constexpr size_t kMaxDecisions = 1024;
-  // Predicted time StragglAR for `straggler` saves on one call of `bytes` in which `late_rank`
-  // (-1: nobody significant) arrived `delay_s` after the others; negative when it is slower.
-  using GainModel = std::function<double(int straggler, int64_t bytes, int late_rank, double delay_s)>;
 
   // n >= 1 ranks; validates the settings (throws stragg::Error naming the bad one).
   StragglerProfiler(int n, ProfilerSettings settings);
@@ -131,8 +124,6 @@ class StragglerProfiler {
   double candidate_median_delay_s() const;
   std::vector<double> recent_delays(size_t count) const;
   const ProfilerSettings& settings() const { return settings_; }
-  // Rule 2's model from now on (empty: the closed form against Ring, stragglar_call_gain).
-  void set_gain_model(GainModel model) { gain_model_ = std::move(model); }
   // Back to no straggler (records a decision with this reason if it changes) and clears the
   // hysteresis state.
   void reset_decision(const std::string& reason);
@@ -176,7 +167,6 @@ class StragglerProfiler {
   uint64_t insignificant_ = 0;
   uint64_t next_call_ = 0;  // first_call + k of the latest batch
   LinkModel link_;
-  GainModel gain_model_;
 
   // Hysteresis.
   int leave_streak_ = 0;     // consecutive batches saying the current straggler should go

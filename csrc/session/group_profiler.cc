@@ -62,13 +62,7 @@ GroupProfiler::GroupProfiler(int rank, int n, const Settings& settings, Planner&
       planner_(planner),
       group_(std::move(group)),
       link_(settings.link_model()) {
-  if (!settings_.enabled) return;
-  profiler_ = std::make_unique<StragglerProfiler>(n, settings_);
-  // One model: the profiler names the straggler for whom the planner's simulation (the one its
-  // per-call choice runs) predicts a gain, not the closed form against Ring.
-  profiler_->set_gain_model([&p = planner_](int s, int64_t bytes, int late, double delay_s) {
-    return p.stragglar_gain(static_cast<size_t>(bytes), s, late, delay_s);
-  });
+  if (settings_.enabled) profiler_ = std::make_unique<StragglerProfiler>(n, settings_);
 }
 
 bool GroupProfiler::enabled() const {

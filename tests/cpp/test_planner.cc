@@ -2,13 +2,11 @@
 // model, and the fallbacks it reports.
 #include <gtest/gtest.h>
 
-#include <cmath>
 #include <map>
 #include <memory>
 
 #include "core/generators.h"
 #include "plan/planner.h"
-#include "plan/straggler_profiler.h"
 #include "runtime/error.h"
 
 namespace stragg {
@@ -109,50 +107,6 @@ TEST(Planner, ProfiledStragglerRunsStragglarOnlyWhereTheModelPredictsItFaster) {
   // A configured straggler keeps StragglAR at every size (the user said so).
   Planner configured(4, auto_config(Straggler::of_rank(3)));
   EXPECT_EQ(configured.choose(4096, 3).algorithm, Algorithm::Stragglar);
-}
-
-TEST(Planner, StragglarGainIsTheModelTheProfiledChoiceUses) {
-  // The profiler's gain (stragglar_gain) and Auto's per-call choice for a profiled straggler are
-  // one model: StragglAR is predicted to gain exactly where the choice runs it, at every size
-  // and delay. At 3 ranks the simulated choice never runs StragglAR here, while the closed form
-  // against Ring (the profiler's model before) predicts a gain for some of these calls: it named
-  // stragglers for whom Auto then ran Ring / RHD.
-  for (int n : {3, 4, 5}) {
-    Planner p(n, auto_config(Straggler::profiled()));
-    const int s = n - 1;
-    int stragglar_runs = 0, base_runs = 0, closed_form_gains = 0;
-    for (size_t bytes : {size_t{4096}, size_t{64} << 10, size_t{1} << 20, size_t{16} << 20}) {
-      for (double delay : {1e-5, 1e-4, 1e-3, 1e-2, 1e-1}) {
-        const double gain = p.stragglar_gain(bytes, s, s, delay);
-        const PlanChoice c = p.choose(bytes, s, delay);
-        const bool runs_stragglar = c.algorithm == Algorithm::Stragglar;
-        (runs_stragglar ? stragglar_runs : base_runs)++;
-        closed_form_gains += stragglar_call_gain(n, static_cast<double>(bytes), delay, true,
-                                                 auto_config().link) > 0;
-        EXPECT_EQ(gain > 0, runs_stragglar)
-            << "n " << n << ", " << bytes << " B, delay " << delay << ": gain " << gain
-            << ", choice " << c.describe();
-        // The gain is the simulated difference with the base Auto runs without a straggler.
-        const PlanChoice base = p.choose(bytes, kNoStraggler);
-        const double bucket = std::pow(1.25, std::round(std::log(delay) / std::log(1.25)));
-        EXPECT_NEAR(gain,
-                    p.predict(base, bytes, s, bucket) - p.predict({Algorithm::Stragglar, s}, bytes, s, bucket),
-                    1e-12);
-      }
-    }
-    EXPECT_GT(base_runs, 0) << n;
-    if (n == 3) {
-      EXPECT_EQ(stragglar_runs, 0);
-      EXPECT_GT(closed_form_gains, 0);
-    } else {
-      EXPECT_GT(stragglar_runs, 0) << n;  // both outcomes occur: the check is not vacuous
-    }
-    // When another rank (or nobody) was late, StragglAR for s loses.
-    EXPECT_LT(p.stragglar_gain(16 << 20, s, 0, 1e-2), 0) << n;
-    EXPECT_LT(p.stragglar_gain(16 << 20, s, kNoStraggler, 0), 0) << n;
-  }
-  // No StragglAR for 2 ranks: nothing to gain.
-  EXPECT_EQ(Planner(2, auto_config(Straggler::profiled())).stragglar_gain(1 << 20, 1, 1, 1e-2), 0);
 }
 
 TEST(Planner, ConfiguredStragglerAndExplicitAlgorithms) {

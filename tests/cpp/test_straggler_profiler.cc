@@ -7,7 +7,6 @@
 #include <random>
 #include <set>
 #include <string>
-#include <tuple>
 #include <vector>
 
 #include "core/closed_forms.h"
@@ -263,34 +262,6 @@ TEST(StragglerProfiler, NoGainNotAdopted) {
   Feeder h{r, 4};
   h.bytes = 1024 * kMiB;
   EXPECT_EQ(h.repeat(late(2, 1.0), 5), 0);
-}
-
-TEST(StragglerProfiler, GainModelDecides) {
-  // With a gain model set (the session sets the planner's), it alone decides: the calls the
-  // closed form adopts rank 2 for (1 s late on 1 GiB, NoGainNotAdopted) are not adopted when the
-  // model predicts a loss, and the 1 ms ones it rejects are adopted when the model predicts a
-  // gain. The model sees each window call: the candidate, its bytes, the late rank, the delay.
-  std::set<std::tuple<int, int64_t, int>> seen;
-  StragglerProfiler p(4, defaults());
-  p.set_gain_model([&seen](int s, int64_t bytes, int late_rank, double delay_s) {
-    seen.insert({s, bytes, late_rank});
-    EXPECT_GT(delay_s, 0.5);
-    return -1e-3;
-  });
-  Feeder f{p, 4};
-  f.bytes = 1024 * kMiB;
-  EXPECT_EQ(f.repeat(late(2, 1.0), 5), 0);
-  EXPECT_EQ(p.straggler(), -1);
-  EXPECT_DOUBLE_EQ(p.summary().predicted_gain_s, -1e-3);
-  EXPECT_EQ(seen, (std::set<std::tuple<int, int64_t, int>>{{2, 1024 * kMiB, 2}}));
-
-  StragglerProfiler q(4, defaults());
-  q.set_gain_model([](int, int64_t, int late_rank, double) { return late_rank == 2 ? 1e-3 : -1e-3; });
-  Feeder g{q, 4};
-  g.bytes = 1024 * kMiB;
-  EXPECT_EQ(g.repeat(late(2, 0.001), 2), 1);
-  EXPECT_EQ(q.straggler(), 2);
-  EXPECT_DOUBLE_EQ(q.summary().predicted_gain_s, 1e-3);
 }
 
 TEST(StragglerProfiler, TwoRanksNever) {
