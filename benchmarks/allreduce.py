@@ -33,6 +33,11 @@ reads and writes b (one copy). The limit is the busiest rank's copy-equivalent b
 bandwidth: an implementation that moves the data this way beats it only where the buffers
 themselves fit in the caches (latency terms are not modelled, so small sizes sit far above it).
 
+Floor (stragg rows up to 1 MiB): the same repetitions of `dist.all_reduce` on torch's `fake`
+backend (a process group that moves no data), every rank at once: what torch's own dispatch of
+the call costs on this machine with this many ranks sharing its cores, a time no backend reached
+through `dist.all_reduce` can beat. Measured in the stragg launch, after stragg's repetitions.
+
 The first call of every (size, system) and the call after the last repetition are checked
 exactly against the expected sum (integer-valued float32 data, so any summation order is exact);
 a mismatch aborts the run instead of reporting a broken all_reduce as fast. (Back-to-back calls
@@ -113,10 +118,13 @@ def _stats_check(before: dict[str, Any], after: dict[str, Any], issued: int) -> 
     transport = after.get("transport")
     msg = f"stragg backend_stats after the run: transport {transport!r}"
     calls, delegated = delta("allreduce_calls"), delta("delegated_calls")
+    barriers = delta("barrier_calls")
     if calls is not None:
         msg += f", allreduce_calls +{calls} for {issued} all_reduces issued"
+    if barriers is not None:
+        msg += f", barrier_calls +{barriers}"
     if delegated is not None:
-        msg += f", delegated_calls +{delegated} (barriers etc.)"
+        msg += f", delegated_calls +{delegated}"
     if transport == "gloo" or (calls is not None and calls < issued):
         msg += "  WARNING: stragg all_reduce was (partly) delegated to Gloo"
     return msg
@@ -173,6 +181,17 @@ def _last_plan(stragg_mod: Any, group: Any) -> str:
     return str(calls[-1]["plan"]) if calls else "unknown"
 
 
+FLOOR_MAX_BYTES = 1 << 20  # the dispatch floor matters (and is measured) up to this size
+FLOOR_MIN_CALLS = 1000  # a floor repetition's calls: long against the control barrier's skew
+
+
+def _floor_group() -> Any:
+    """A group on torch's `fake` backend (no communication): the dispatch floor."""
+    import torch.testing._internal.distributed.fake_pg  # noqa: F401  (registers "fake")
+
+    return dist.new_group(backend="fake")
+
+
 def _time_size(
     nbytes: int, rank: int, cfg: Config, groups: dict[str, Any], ctrl: Any, issued: dict[str, int]
 ) -> dict[str, Any]:
@@ -212,6 +231,14 @@ def _time_size(
         call(b)
         _verify(b, buf, expected, rank, n, ctrl)
         per_size[b] = {"samples": samples[b], "calls": calls[b]}
+    if "floor" in groups and nbytes <= FLOOR_MAX_BYTES:
+        floor_calls = max(calls.get("stragg", 0), FLOOR_MIN_CALLS)
+        per_size["stragg"]["floor_samples"] = [
+            osu_repetition(lambda: dist.all_reduce(buf, group=groups["floor"]),
+                           lambda: dist.barrier(group=ctrl), lambda x: _max_over(ctrl, x),
+                           floor_calls)
+            for _ in range(cfg.reps)
+        ]  # fmt: skip
     return per_size
 
 
@@ -231,6 +258,8 @@ def worker(rank: int, cfg: Config, result_path: str) -> None:
     dist.init_process_group("gloo", rank=rank, world_size=n, timeout=timeout)
     ctrl = dist.group.WORLD
     groups = {b: dist.new_group(backend=b, timeout=timeout) for b in cfg.backends}
+    if "stragg" in groups:
+        groups["floor"] = _floor_group()
     out: dict[str, Any] = {"copy_bw_Bps": _copy_bandwidth(ctrl), "sizes": {}}
     stats0: dict[str, Any] = {}
     if "stragg" in groups:
@@ -252,8 +281,9 @@ def worker(rank: int, cfg: Config, result_path: str) -> None:
         with open(result_path, "w") as f:
             json.dump(out, f)
     dist.barrier(group=ctrl)
-    for g in groups.values():
-        dist.destroy_process_group(g)
+    for b, g in groups.items():
+        if b != "floor":  # the fake backend has nothing to shut down
+            dist.destroy_process_group(g)
     dist.destroy_process_group()
 
 
@@ -357,6 +387,7 @@ def collect(args: argparse.Namespace, cfg: Config, systems: list[str]) -> tuple[
     samples: dict[tuple[str, int], list[float]] = {}
     calls: dict[tuple[str, int], int] = {}
     plans: dict[int, str] = {}
+    floors: dict[int, list[float]] = {}
     copy_bw: list[float] = []
     info: dict[str, Any] = {}
     reps_left = args.reps
@@ -387,6 +418,8 @@ def collect(args: argparse.Namespace, cfg: Config, systems: list[str]) -> tuple[
                     calls[(system, int(size))] = v["calls"]
                     if "plan" in v:
                         plans[int(size)] = v["plan"]
+                    if "floor_samples" in v:
+                        floors.setdefault(int(size), []).extend(v["floor_samples"])
         if not args.json:
             eprint(f"# launch {launch + 1}/{args.rounds} done")
     bw = sorted(copy_bw)[len(copy_bw) // 2] if copy_bw else 0.0
@@ -405,6 +438,10 @@ def collect(args: argparse.Namespace, cfg: Config, systems: list[str]) -> tuple[
                 if traffic is not None and bw > 0:
                     row["limit_s"] = traffic / bw
                     row["limit_busbw_gbps"] = nbytes / row["limit_s"] / 1e9 * bus_factor(cfg.ranks)
+                if nbytes in floors:
+                    fl = Stats.of(floors[nbytes])
+                    row["floor_s"], row["floor_min_s"], row["floor_max_s"] = (
+                        fl.median, fl.minimum, fl.maximum)  # fmt: skip
             rows.append(row)
     return rows, info
 
@@ -432,6 +469,9 @@ def print_table(rows: list[dict[str, Any]], systems: list[str], cfg: Config,
     for s in systems:
         head += f" | {s + ' us':>10} {'min':>8} {'max':>8} {'busbw':>6}"
     head += f" | {'limit us':>9} {'busbw':>6}"
+    floors = any("floor_s" in r for r in rows)
+    if floors:
+        head += f" | {'floor us':>8}"
     peers = [s for s in systems if s != "stragg"] if "stragg" in systems else []
     for p in peers + (["limit"] if "stragg" in systems else []):
         head += f" | {'stragg/' + p:>12}"
@@ -450,6 +490,9 @@ def print_table(rows: list[dict[str, Any]], systems: list[str], cfg: Config,
         line += (
             f" | {lim * 1e6:9.1f} {st['limit_busbw_gbps']:6.2f}" if lim else f" | {'-':>9} {'-':>6}"
         )
+        if floors:
+            fl = (st or {}).get("floor_s")
+            line += f" | {fl * 1e6:8.1f}" if fl else f" | {'-':>8}"
         for p in peers:
             r = by.get((p, nbytes))
             line += f" | {st['time_s'] / r['time_s']:11.2f}x" if st and r else f" | {'-':>12}"
@@ -460,6 +503,11 @@ def print_table(rows: list[dict[str, Any]], systems: list[str], cfg: Config,
         "# stragg/peer: time ratio (< 1: stragg faster); stragg/limit: how far above the "
         "memory-traffic limit"
     )
+    if floors:
+        print(
+            f"# floor: dist.all_reduce on torch's 'fake' backend (no data moved), all {n} ranks "
+            "at once: torch's own dispatch per call, below which no torch backend can go"
+        )
     if info.get("stats_check"):
         print("# " + info["stats_check"])
     sys.stdout.flush()
@@ -497,6 +545,11 @@ def plot(rows: list[dict[str, Any]], systems: list[str], n: int, path: str) -> N
         x = [r["bytes"] for r in lim]
         ax_t.plot(x, [r["limit_s"] * 1e6 for r in lim], "k--", label="memory-traffic limit")
         ax_b.plot(x, [r["limit_busbw_gbps"] for r in lim], "k--", label="memory-traffic limit")
+    fl = sorted((r for r in rows if r["backend"] == "stragg" and r.get("floor_s")),
+                key=lambda r: r["bytes"])  # fmt: skip
+    if fl:
+        ax_t.plot([r["bytes"] for r in fl], [r["floor_s"] * 1e6 for r in fl], "k:",
+                  label="torch dispatch floor")  # fmt: skip
     for ax in (ax_t, ax_b):
         ax.set_xscale("log", base=2)
         ax.set_xlabel("message size (bytes)")

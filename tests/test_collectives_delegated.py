@@ -1,6 +1,7 @@
-"""Collectives other than all_reduce are delegated to Gloo: on a "stragg" group they must behave
-exactly as on a plain gloo group of the same processes. Plus a tiny DDP training run, which must
-end with the same parameters as the same training on gloo (and as a single-process reference).
+"""Collectives other than all_reduce and barrier (tests/test_barrier.py) are delegated to Gloo:
+on a "stragg" group they must behave exactly as on a plain gloo group of the same processes. Plus
+a tiny DDP training run, which must end with the same parameters as the same training on gloo
+(and as a single-process reference).
 
 One spawn (3 ranks) runs everything; what plain gloo itself does not support is skipped.
 """
@@ -64,11 +65,6 @@ def op_reduce_scatter(rank: int, ws: int, g: Any) -> Result:
     dist.reduce_scatter(out, [torch.full((2,), float(rank + i)) for i in range(ws)], group=g)
     want = [float(sum(r + rank for r in range(ws)))] * 2
     return _tl(out), None if _tl(out) == want else f"got {_tl(out)} want {want}"
-
-
-def op_barrier(rank: int, ws: int, g: Any) -> Result:
-    dist.barrier(group=g)
-    return "passed", None
 
 
 def op_send_recv(rank: int, ws: int, g: Any) -> Result:

@@ -67,6 +67,8 @@ def test_benchmark_runs_from_another_directory(tmp_path: Path) -> None:
     # OpenMPI's column joins where mpirun and mpi4py are installed (scripts/setup.sh).
     assert {r["backend"] for r in rows} - {"mpi"} == {"stragg", "gloo"}
     assert [r["transport"] for r in rows if r["backend"] == "stragg"] == ["shm"]
+    # torch's dispatch floor (its `fake` backend) is measured next to stragg.
+    assert [r["floor_s"] > 0 for r in rows if r["backend"] == "stragg"] == [True]
 
 
 def test_degraded_benchmark_redraws_from_json(tmp_path: Path) -> None:

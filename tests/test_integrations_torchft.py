@@ -73,6 +73,7 @@ def test_process_group_surface() -> None:
     assert pg.stats() == {
         "allreduce_calls": 0,
         "allreduce_bytes": 0,
+        "barrier_calls": 0,
         "delegated_calls": 0,
         "failed_calls": 0,
         "configurations": 0,

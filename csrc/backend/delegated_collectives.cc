@@ -2,6 +2,7 @@
 // device (Gloo for CPU, NCCL for CUDA), created by the Python creator from the same store.
 // inner_for() refuses them at once on a group that was aborted or shut down; delegated() wraps
 // the inner Work so that an abort while it runs, or its own failure, is total (delegated_work.h).
+// (barrier is stragg's own on a group with CPU tensors: stragg_backend.cc.)
 #include "backend/delegated_work.h"
 #include "backend/stragg_backend.h"
 
@@ -118,12 +119,6 @@ c10::intrusive_ptr<c10d::Work> StraggBackend::recv(std::vector<at::Tensor>& tens
 c10::intrusive_ptr<c10d::Work> StraggBackend::recvAnysource(std::vector<at::Tensor>& tensors,
                                                             int tag) {
   return delegated(inner_for(tensors, "recv").recvAnysource(tensors, tag), "recv");
-}
-
-c10::intrusive_ptr<c10d::Work> StraggBackend::barrier(const c10d::BarrierOptions& opts) {
-  return delegated(
-      inner_for(cpu_inner_ ? c10::DeviceType::CPU : c10::DeviceType::CUDA, "barrier").barrier(opts),
-      "barrier");
 }
 
 void StraggBackend::monitoredBarrier(const c10d::BarrierOptions& opts, bool wait_all_ranks) {

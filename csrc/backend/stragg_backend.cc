@@ -171,6 +171,26 @@ c10::intrusive_ptr<c10d::Work> StraggBackend::allreduce_sparse(
                    "sparse all_reduce");
 }
 
+c10::intrusive_ptr<c10d::Work> StraggBackend::barrier(const c10d::BarrierOptions& opts) {
+  // A group with CPU tensors runs its barrier itself (Session::barrier: a one-element all_reduce
+  // behind the queued calls, microseconds on shared memory where Gloo's takes milliseconds); a
+  // CUDA-only group and a group that delegates all_reduce keep the inner backend's.
+  if (cpu_inner_ && session_->path() != AllreducePath::Delegate) {
+    check_usable("barrier");
+    const char* title = at::hasCallbacks() ? "stragg:barrier" : nullptr;
+    auto work = c10::make_intrusive<StraggWork>(getRank(), c10d::OpType::BARRIER, title,
+                                                std::vector<at::Tensor>{});
+    rethrow_as_dist_error([&] {
+      session_->barrier(effective_timeout(opts.timeout),
+                        [work](std::exception_ptr error) { work->complete(to_dist_error(error)); });
+    });
+    return work;
+  }
+  return delegated(
+      inner_for(cpu_inner_ ? c10::DeviceType::CPU : c10::DeviceType::CUDA, "barrier").barrier(opts),
+      "barrier");
+}
+
 c10::intrusive_ptr<c10d::Work> StraggBackend::submit_allreduce(
     const char* name, c10d::OpType type, std::vector<at::Tensor> outputs, at::Tensor buffer,
     bool needs_copy_back, const c10d::ReduceOp& op, std::chrono::milliseconds timeout) {

@@ -32,12 +32,16 @@ struct CollectiveSpec {
   // user's call, or of the call an internal collective belongs to; -1: use `seq`.
   int64_t call = -1;
   bool internal = false;  // run by stragg itself (profiler exchange, link probe)
+  // A collective between the user's calls (a barrier): labelled "barrier after call #5" (or
+  // "barrier before the first call") rather than by a call number of its own.
+  bool between_calls = false;
   DType dtype = DType::Float32;
   ReduceOp op = ReduceOp::Sum;
   size_t numel = 0;
 };
 
-// "all_reduce #5", or for internal collectives "profiler exchange at call #5".
+// "all_reduce #5", for internal collectives "profiler exchange at call #5", between calls
+// "barrier after call #5".
 std::string collective_label(const CollectiveSpec& spec);
 // "stragg: rank 2: all_reduce #5", the start of every message the executor raises.
 std::string collective_prefix(int rank, const CollectiveSpec& spec);

@@ -370,11 +370,56 @@ void Session::measure_links(std::function<void(std::exception_ptr)> done) {
   }
 }
 
+void Session::barrier(std::chrono::milliseconds timeout,
+                      std::function<void(std::exception_ptr)> done) {
+  if (path_ == AllreducePath::Delegate) {
+    throw Error(prefix() + ": barrier needs stragg's executor; this group delegates to Gloo");
+  }
+  if (auto why = failure()) {
+    throw Error("stragg: rank " + std::to_string(opt_.rank) +
+                ": barrier on a process group that was " + *why);
+  }
+  std::unique_lock<std::mutex> lock(submit_mu_);
+  auto shared_done = std::make_shared<std::function<void(std::exception_ptr)>>(std::move(done));
+  SerialWorker::Job job;
+  job.run = [this, timeout] { run_barrier(timeout); };
+  job.finish = [this, shared_done](std::exception_ptr error) {
+    (error ? failed_calls_ : barrier_calls_).fetch_add(1);
+    (*shared_done)(error);
+  };
+  job.cancel = [this, shared_done](const std::string& why) {
+    failed_calls_.fetch_add(1);
+    (*shared_done)(std::make_exception_ptr(
+        Error("stragg: rank " + std::to_string(opt_.rank) + ": barrier did not run: " + why)));
+  };
+  // Nothing queued or running: no hand-off (see submit; STRAGG_INLINE_BYTES=0 turns it off).
+  if (opt_.settings.inline_bytes >= sizeof(int32_t) && worker_->claim_inline()) {
+    lock.unlock();
+    worker_->run_claimed(job);
+    return;
+  }
+  if (!worker_->submit(std::move(job))) {
+    throw Error("stragg: rank " + std::to_string(opt_.rank) +
+                ": barrier on a process group that was " + stop_reason_);
+  }
+}
+
+void Session::run_barrier(std::chrono::milliseconds timeout) {
+  if (path_ != AllreducePath::Executor) return;  // one rank: nobody to wait for
+  // No rank finishes an all_reduce before every rank has contributed to it: a one-element one
+  // is a barrier (recursive doubling: log2(n) rounds of pairwise exchanges).
+  int32_t token = 0;
+  CollectiveSpec spec = next_spec("barrier", DType::Int32, 1, /*internal=*/true);
+  spec.between_calls = true;
+  executor_->run(*small_allreduce_plan(opt_.rank, opt_.size, 1), spec, &token, timeout);
+}
+
 std::map<std::string, int64_t> Session::stats() const {
   std::map<std::string, int64_t> s;
   s["allreduce_calls"] = allreduce_calls_.load();
   s["allreduce_bytes"] = allreduce_bytes_.load();
   s["failed_calls"] = failed_calls_.load();
+  s["barrier_calls"] = barrier_calls_.load();
   {
     std::lock_guard<std::mutex> lock(history_mu_);
     s["busy_us"] = static_cast<int64_t>(executor_totals_.busy_s * 1e6);

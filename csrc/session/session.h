@@ -116,10 +116,17 @@ class Session {
   uint64_t submit_external(ExternalCall call);
   // Collective, queued like a call: runs a link probe; done(error) on the worker thread.
   void measure_links(std::function<void(std::exception_ptr)> done);
+  // dist.barrier: a one-element all_reduce on the executor, queued behind every call issued
+  // before it (so it also waits for those), run on the calling thread when nothing is queued
+  // (like a small call). Not an all_reduce for the records, the counters or the profiler; a
+  // stall or failure names it "barrier after call #4" (the user's last all_reduce).
+  // done(error) exactly once, on the thread that ran it (or cancelled it). Throws stragg::Error
+  // at once if the session no longer takes calls or delegates all_reduce (path() == Delegate).
+  void barrier(std::chrono::milliseconds timeout, std::function<void(std::exception_ptr)> done);
 
-  // Counters (allreduce_calls, allreduce_bytes, failed_calls, busy_us, wait_us, pre_arrival_us,
-  // agreement_us, dynamic_straggler_calls, dynamic_plain_calls, last_straggler, rank, size,
-  // transport options).
+  // Counters (allreduce_calls, allreduce_bytes, failed_calls, barrier_calls, busy_us, wait_us,
+  // pre_arrival_us, agreement_us, dynamic_straggler_calls, dynamic_plain_calls, last_straggler,
+  // rank, size, transport options).
   std::map<std::string, int64_t> stats() const;
   // The last calls, oldest first (at most kCallHistory).
   std::vector<CallRecord> recent_calls() const;
@@ -150,6 +157,7 @@ class Session {
 
  private:
   void run_call(AllreduceCall& call, CallRecord& record);
+  void run_barrier(std::chrono::milliseconds timeout);
   void run_external(ExternalCall& call, uint64_t seq);
   void check_external_header(const ExternalCall& call, uint64_t seq);
   uint64_t enqueue(SerialWorker::Job job, const char* name,
@@ -188,6 +196,7 @@ class Session {
   std::atomic<int64_t> allreduce_calls_{0};
   std::atomic<int64_t> allreduce_bytes_{0};
   std::atomic<int64_t> failed_calls_{0};
+  std::atomic<int64_t> barrier_calls_{0};
   std::atomic<int64_t> dynamic_straggler_calls_{0};  // agreed on a straggler: StragglAR ran
   std::atomic<int64_t> dynamic_plain_calls_{0};      // everybody in time: plain Ring ran
   std::atomic<int64_t> last_straggler_{-1};

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstring>
 #include <future>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -259,6 +260,89 @@ TEST(Session, MissingRankIsNamedAtTheTimeout) {
   for (int r = 0; r < 2; ++r) {
     EXPECT_NE(errors[r].find("rank 2 has not called all_reduce #0"), std::string::npos)
         << errors[r];
+  }
+}
+
+std::future<std::exception_ptr> barrier(Session& s, std::chrono::milliseconds timeout =
+                                                            std::chrono::seconds(60)) {
+  auto promise = std::make_shared<std::promise<std::exception_ptr>>();
+  s.barrier(timeout, [promise](std::exception_ptr e) { promise->set_value(e); });
+  return promise->get_future();
+}
+
+// A barrier runs behind the calls queued before it, and no rank leaves it before the last one
+// entered; it is neither an all_reduce record nor an all_reduce count.
+TEST(Session, BarrierWaitsForEveryRankAndForTheQueuedCalls) {
+  const int n = 3;
+  InMemoryRendezvous rdv;
+  std::atomic<int> entered{0};
+  std::vector<int> entered_when_left(n, -1);
+  std::vector<bool> call_done_first(n, false);
+  std::vector<std::map<std::string, int64_t>> stats(n);
+  std::vector<size_t> records(n);
+  run_ranks(n, [&](int r) {
+    Settings s;
+    s.profile = false;
+    Session session(rdv, options(r, n, s));
+    std::this_thread::sleep_for(std::chrono::milliseconds(50 * r));
+    entered.fetch_add(1);
+    EXPECT_EQ(barrier(session).get(), nullptr);
+    entered_when_left[r] = entered.load();
+    // A large call (queued on the worker) and a barrier behind it.
+    std::vector<float> b(1 << 18, 1.0f);
+    std::atomic<bool> call_done{false};
+    auto promise = std::make_shared<std::promise<std::exception_ptr>>();
+    AllreduceCall call;
+    call.data = b.data();
+    call.numel = b.size();
+    call.timeout = std::chrono::seconds(60);
+    call.done = [&call_done, promise](std::exception_ptr e) {
+      call_done.store(true);
+      promise->set_value(e);
+    };
+    session.submit(std::move(call));
+    EXPECT_EQ(barrier(session).get(), nullptr);
+    call_done_first[r] = call_done.load();
+    EXPECT_EQ(promise->get_future().get(), nullptr);
+    EXPECT_EQ(b[0], static_cast<float>(n));
+    stats[r] = session.stats();
+    records[r] = session.recent_calls().size();
+  });
+  for (int r = 0; r < n; ++r) {
+    EXPECT_EQ(entered_when_left[r], n) << "rank " << r << " left before every rank entered";
+    EXPECT_TRUE(call_done_first[r]) << "rank " << r;
+    EXPECT_EQ(stats[r]["barrier_calls"], 2) << "rank " << r;
+    EXPECT_EQ(stats[r]["allreduce_calls"], 1) << "rank " << r;
+    EXPECT_EQ(records[r], 1u) << "rank " << r;
+  }
+}
+
+TEST(Session, BarrierNamesTheMissingRankAndRefusesAfterAbort) {
+  const int n = 3;
+  InMemoryRendezvous rdv;
+  std::vector<std::string> errors(n), later(n);
+  run_ranks(n, [&](int r) {
+    Settings s;
+    s.profile = false;
+    Session session(rdv, options(r, n, s));
+    if (r == 2) return;  // never calls the barrier
+    errors[r] = message(barrier(session, std::chrono::milliseconds(300)).get());
+    try {
+      barrier(session);
+    } catch (const Error& e) {
+      later[r] = e.what();
+    }
+  });
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_NE(errors[r].find("stragg: rank " + std::to_string(r) +
+                             ": barrier before the first call"),
+              std::string::npos)
+        << errors[r];
+    EXPECT_NE(errors[r].find("rank 2 has not called barrier before the first call"),
+              std::string::npos)
+        << errors[r];
+    EXPECT_NE(later[r].find("barrier on a process group that was aborted"), std::string::npos)
+        << later[r];
   }
 }
 

@@ -191,6 +191,11 @@ TEST(StallDiagnosis, LabelsCountCallsLikeTheUser) {
   spec.internal = true;
   EXPECT_EQ(collective_label(spec), "profiler exchange at call #7");
   EXPECT_EQ(collective_prefix(2, spec), "stragg: rank 2: profiler exchange at call #7");
+  spec.op_name = "barrier";
+  spec.between_calls = true;
+  EXPECT_EQ(collective_label(spec), "barrier after call #7");
+  spec.call = -1;
+  EXPECT_EQ(collective_label(spec), "barrier before the first call");
 }
 
 // ------------------------------------------------------------------------------------------------

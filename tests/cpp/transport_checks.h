@@ -439,14 +439,15 @@ inline std::vector<std::string> check_a_stopped_rank_is_named_by_every_survivor(
   });
   kill(child, SIGKILL);
   waitpid(child, nullptr, 0);
-  EXPECT_NE(errors[1].find("stragg: rank 1: all_reduce #0 timed out after 5 s: rank 2 stopped "
-                           "responding ("),
+  EXPECT_NE(errors[1].find("stragg: rank 1: all_reduce #0 timed out (no progress within the "
+                           "timeout of 5 s): rank 2 stopped responding ("),
             std::string::npos)
       << errors[1];
   EXPECT_NE(errors[1].find("; rank 1 was in step 1, waiting for rank 0"), std::string::npos)
       << errors[1];
   EXPECT_NE(errors[0].find("stragg: rank 0: all_reduce #0: the group was aborted: rank 1: "
-                           "all_reduce #0 timed out after 5 s: rank 2 stopped responding ("),
+                           "all_reduce #0 timed out (no progress within the timeout of 5 s): "
+                           "rank 2 stopped responding ("),
             std::string::npos)
       << errors[0];
   return errors;

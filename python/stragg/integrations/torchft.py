@@ -42,7 +42,13 @@ logger = logging.getLogger("stragg")
 
 __all__ = ["ProcessGroupStragg"]
 
-_SUMMED = ("allreduce_calls", "allreduce_bytes", "delegated_calls", "failed_calls")
+_SUMMED = (
+    "allreduce_calls",
+    "allreduce_bytes",
+    "barrier_calls",
+    "delegated_calls",
+    "failed_calls",
+)
 
 
 class _FutureErrorWork(Work):
