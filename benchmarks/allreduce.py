@@ -5,8 +5,8 @@
     python benchmarks/allreduce.py --ranks 4 --json > allreduce.json
     python benchmarks/allreduce.py --ranks 4 --plot allreduce.png
 
-Systems: `dist.all_reduce` on stragg and on Gloo (the same spawned processes: every rank
-initialises the default group with Gloo for control and one group per backend under test with
+Systems: `dist.all_reduce` on stragg and on Gloo (spawned ranks: every rank initialises the
+default group with Gloo for control and a group of the backend under test with
 `dist.new_group(backend=...)`), and OpenMPI's MPI_Allreduce through mpi4py on numpy buffers,
 launched with `mpirun --allow-run-as-root --oversubscribe -np P` on benchmarks/_mpi_worker.py.
 The MPI column is skipped, with a one-line message, when mpirun or mpi4py is absent
@@ -16,12 +16,13 @@ Timing, identical for every system (the OSU osu_allreduce method, _mpi_worker.os
 per size, one verified call, a warm-up repetition of `--warmup` calls (it also absorbs one-time
 costs such as stragg's first link probe, after its 16th call), one of `--warmup`/5 calls that
 estimates the rate, then repetitions of [barrier, `calls` back-to-back all_reduces (float32,
-SUM), mean per call]; a repetition's value is the slowest rank's mean. `calls` is about
+SUM), mean per call]; a repetition's value is the slowest rank's mean (barrier and max-reduction
+on the system measured, as osu_allreduce does with MPI). `calls` is about
 `--budget` seconds at the estimated rate, within [--min-iters, --iters] (`--budget 0`: always
---iters). The run makes `--reps` repetitions in
-`--rounds` launches of each system (default: one repetition per launch), the systems launched
-alternately, and within a launch stragg and Gloo alternate repetition by repetition, so the
-machine's noise hits all alike. Reported: median over repetitions, min/max (IQR in --json).
+--iters). The run makes `--reps` repetitions in `--rounds` launches of each system (default: one
+repetition per launch); every launch runs one system in its own processes (so one system's
+activity does not spill into another's timing), and the systems take turns, their order rotating
+from round to round, so the machine's noise hits all alike. Reported: median over repetitions, min/max (IQR in --json).
 algbw = bytes / time / 1e9, busbw = algbw * 2(n-1)/n (nccl-tests convention).
 
 Limit: the memory traffic of the schedule stragg ran for the size (stragg.recent_calls), at the
@@ -96,7 +97,6 @@ class Config:
     min_iters: int
     budget_s: float
     reps: int  # repetitions per launch
-    flip: bool  # start the alternation with the last backend
     timeout_s: float
     json: bool
     stragg_note: str = ""
@@ -134,9 +134,9 @@ def _stats_check(before: dict[str, Any], after: dict[str, Any], issued: int) -> 
 # One launch of the torch backends (spawned ranks)
 
 
-def _max_over(ctrl: Any, x: float) -> float:
+def _max_over(group: Any, x: float) -> float:
     t = torch.tensor([x], dtype=torch.float64)
-    dist.all_reduce(t, op=dist.ReduceOp.MAX, group=ctrl)
+    dist.all_reduce(t, op=dist.ReduceOp.MAX, group=group)
     return float(t[0])
 
 
@@ -182,7 +182,7 @@ def _last_plan(stragg_mod: Any, group: Any) -> str:
 
 
 FLOOR_MAX_BYTES = 1 << 20  # the dispatch floor matters (and is measured) up to this size
-FLOOR_MIN_CALLS = 1000  # a floor repetition's calls: long against the control barrier's skew
+FLOOR_MIN_CALLS = 1000  # calls per floor repetition (after a stragg barrier: ranks start together)
 
 
 def _floor_group() -> Any:
@@ -195,7 +195,7 @@ def _floor_group() -> Any:
 def _time_size(
     nbytes: int, rank: int, cfg: Config, groups: dict[str, Any], ctrl: Any, issued: dict[str, int]
 ) -> dict[str, Any]:
-    """Verified warm-up, then cfg.reps repetitions per backend (alternating order) of one size."""
+    """Verified warm-up, then cfg.reps repetitions per backend of one size."""
     n = cfg.ranks
     src, expected, buf = make_data(nbytes, rank, n)
 
@@ -203,11 +203,17 @@ def _time_size(
         dist.all_reduce(buf, op=dist.ReduceOp.SUM, group=groups[b])
         issued[b] += 1
 
+    def max_over(b: str, x: float) -> float:
+        # On the system itself, like its barrier (as osu_allreduce does with MPI): another
+        # backend's activity between repetitions would spill into the next one's timing.
+        issued[b] += 1
+        return _max_over(groups[b], x)
+
     def repetition(b: str, calls: int) -> float:
         return osu_repetition(
             lambda: call(b),
             lambda: dist.barrier(group=groups[b]),
-            lambda x: _max_over(ctrl, x),
+            lambda x: max_over(b, x),
             calls,
         )
 
@@ -220,9 +226,8 @@ def _time_size(
         est = repetition(b, max(1, cfg.warmup // 5))
         calls[b] = calls_for(cfg.budget_s, est, cfg.iters, cfg.min_iters)
     samples: dict[str, list[float]] = {b: [] for b in cfg.backends}
-    for i in range(cfg.reps):
-        order = cfg.backends if (i % 2 == 0) != cfg.flip else cfg.backends[::-1]
-        for b in order:
+    for _ in range(cfg.reps):
+        for b in cfg.backends:
             buf.copy_(src)
             samples[b].append(repetition(b, calls[b]))
     per_size: dict[str, Any] = {}
@@ -235,8 +240,8 @@ def _time_size(
         floor_calls = max(calls.get("stragg", 0), FLOOR_MIN_CALLS)
         per_size["stragg"]["floor_samples"] = [
             osu_repetition(lambda: dist.all_reduce(buf, group=groups["floor"]),
-                           lambda: dist.barrier(group=ctrl), lambda x: _max_over(ctrl, x),
-                           floor_calls)
+                           lambda: dist.barrier(group=groups["stragg"]),
+                           lambda x: max_over("stragg", x), floor_calls)
             for _ in range(cfg.reps)
         ]  # fmt: skip
     return per_size
@@ -394,9 +399,13 @@ def collect(args: argparse.Namespace, cfg: Config, systems: list[str]) -> tuple[
     for launch in range(args.rounds):
         reps = math.ceil(reps_left / (args.rounds - launch))
         reps_left -= reps
-        lcfg = replace(cfg, reps=reps, flip=launch % 2 == 1)
-        jobs = ["torch", "mpi"] if "mpi" in systems else ["torch"]
-        for job in jobs if launch % 2 == 0 else jobs[::-1]:
+        # One launch per system, in its own processes: one system's activity does not spill
+        # into another's timing (24 Gloo calls before each stragg repetition in the same
+        # processes made stragg's 4-rank 4 KiB median 67 us instead of 40; a 0.1 s sleep: 45).
+        jobs = list(cfg.backends) + (["mpi"] if "mpi" in systems else [])
+        shift = launch % len(jobs)
+        for job in jobs[shift:] + jobs[:shift]:
+            lcfg = replace(cfg, reps=reps, backends=[] if job == "mpi" else [job])
             if job == "mpi":
                 res = run_mpi(lcfg)
                 if res is None:
@@ -407,7 +416,8 @@ def collect(args: argparse.Namespace, cfg: Config, systems: list[str]) -> tuple[
                 res = spawn_and_collect(worker, lcfg, cfg.ranks, "allreduce.py")
                 if res is None:
                     return None
-                copy_bw.append(res["copy_bw_Bps"])
+                if job == "stragg" or "stragg" not in cfg.backends:
+                    copy_bw.append(res["copy_bw_Bps"])
                 for k in ("transport", "stats_check", "stragg_backend_stats"):
                     if k in res:
                         info.setdefault(k, res[k])
@@ -452,9 +462,10 @@ def print_table(rows: list[dict[str, Any]], systems: list[str], cfg: Config,
     print(f"# stragg all_reduce benchmark: {n} ranks, float32, sum, {os.cpu_count()} CPUs visible, "
           f"torch {torch.__version__}")  # fmt: skip
     print(
-        f"# time = median over {args.reps} repetitions ({args.rounds} launches per system, "
-        f"interleaved) of the slowest rank's mean per call over back-to-back calls after a "
-        f"barrier (OSU method); min/max over the repetitions; busbw = algbw * {bus_factor(n):.3f}"
+        f"# time = median over {args.reps} repetitions ({args.rounds} launches per system, one "
+        f"system per launch, in turns) of the slowest rank's mean per call over back-to-back "
+        f"calls after a barrier (OSU method); min/max over the repetitions; "
+        f"busbw = algbw * {bus_factor(n):.3f}"
     )
     if "mpi" in info:
         print(f"# mpi: {info['mpi']} (mpi4py, numpy buffers, mpirun --oversubscribe)")
@@ -589,7 +600,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     p.add_argument("--rounds", type=int, default=None,
                    help="launches per system the repetitions are spread over, systems launched "
-                        "alternately (default: --reps, one repetition per launch)")  # fmt: skip
+                        "in turns (default: --reps, one repetition per launch)")  # fmt: skip
     p.add_argument(
         "--backends",
         default=None,
@@ -663,7 +674,6 @@ def main(argv: list[str] | None = None) -> int:
         min_iters=args.min_iters,
         budget_s=args.budget,
         reps=1,
-        flip=False,
         timeout_s=args.timeout,
         json=args.json,
         stragg_note=note,
