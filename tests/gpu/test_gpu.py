@@ -219,7 +219,7 @@ def _streams(rank: int, ws: int) -> dict[str, Any]:
     w = torch.ones(16, device="cuda")
     dist.all_reduce(w)
     torch.cuda.synchronize()
-    dist.barrier()  # Gloo: the ranks' hosts start the next part together
+    dist.barrier()  # stragg's (CPU) barrier: the ranks' hosts start the next part together
 
     # (a) The producer is still running on the current stream for ~1 s when all_reduce is called;
     # wait() returns long before (it orders the stream, it does not block on the GPU).
