@@ -277,7 +277,7 @@ TEST(Session, BarrierWaitsForEveryRankAndForTheQueuedCalls) {
   InMemoryRendezvous rdv;
   std::atomic<int> entered{0};
   std::vector<int> entered_when_left(n, -1);
-  std::vector<bool> call_done_first(n, false);
+  std::vector<int> call_done_first(n, 0);  // not vector<bool>: ranks write their own entries
   std::vector<std::map<std::string, int64_t>> stats(n);
   std::vector<size_t> records(n);
   run_ranks(n, [&](int r) {
@@ -302,7 +302,7 @@ TEST(Session, BarrierWaitsForEveryRankAndForTheQueuedCalls) {
     };
     session.submit(std::move(call));
     EXPECT_EQ(barrier(session).get(), nullptr);
-    call_done_first[r] = call_done.load();
+    call_done_first[r] = call_done.load() ? 1 : 0;
     EXPECT_EQ(promise->get_future().get(), nullptr);
     EXPECT_EQ(b[0], static_cast<float>(n));
     stats[r] = session.stats();
