@@ -83,6 +83,11 @@ Straggler Session::straggler() const {
   return planner_ ? planner_->straggler() : opt_.settings.straggler;
 }
 
+void Session::refuse(const char* op, const std::string& state) const {
+  throw Error("stragg: rank " + std::to_string(opt_.rank) + ": " + op +
+              " on a process group that was " + state);
+}
+
 // Queues `job` as call number next_seq_ (the caller holds submit_mu_); its cancellation tells
 // `done` why it did not run. Throws if the session no longer takes calls.
 uint64_t Session::enqueue(SerialWorker::Job job, const char* name,
@@ -94,8 +99,7 @@ uint64_t Session::enqueue(SerialWorker::Job job, const char* name,
                                        " #" + std::to_string(seq) + " did not run: " + why)));
   };
   if (!worker_->submit(std::move(job))) {
-    throw Error("stragg: rank " + std::to_string(opt_.rank) + ": " + name +
-                " on a process group that was " + stop_reason_);
+    refuse(name, stop_reason_);
   }
   ++next_seq_;
   return seq;
@@ -103,8 +107,7 @@ uint64_t Session::enqueue(SerialWorker::Job job, const char* name,
 
 uint64_t Session::submit(AllreduceCall call) {
   if (auto why = failure()) {
-    throw Error("stragg: rank " + std::to_string(opt_.rank) + ": " + call.name +
-                " on a process group that was " + *why);
+    refuse(call.name, *why);
   }
   std::unique_lock<std::mutex> lock(submit_mu_);
   const int64_t bytes = static_cast<int64_t>(call.numel * dtype_size(call.dtype));
@@ -154,8 +157,7 @@ uint64_t Session::submit(AllreduceCall call) {
 
 uint64_t Session::submit_external(ExternalCall call) {
   if (auto why = failure()) {
-    throw Error("stragg: rank " + std::to_string(opt_.rank) + ": " + call.name +
-                " on a process group that was " + *why);
+    refuse(call.name, *why);
   }
   std::lock_guard<std::mutex> lock(submit_mu_);
   auto shared = std::make_shared<ExternalCall>(std::move(call));
@@ -365,8 +367,7 @@ void Session::measure_links(std::function<void(std::exception_ptr)> done) {
         Error("stragg: rank " + std::to_string(opt_.rank) + ": link probe did not run: " + why)));
   };
   if (!worker_->submit(std::move(job))) {
-    throw Error("stragg: rank " + std::to_string(opt_.rank) +
-                ": link probe on a process group that was " + stop_reason_);
+    refuse("link probe", stop_reason_);
   }
 }
 
@@ -376,8 +377,7 @@ void Session::barrier(std::chrono::milliseconds timeout,
     throw Error(prefix() + ": barrier needs stragg's executor; this group delegates to Gloo");
   }
   if (auto why = failure()) {
-    throw Error("stragg: rank " + std::to_string(opt_.rank) +
-                ": barrier on a process group that was " + *why);
+    refuse("barrier", *why);
   }
   std::unique_lock<std::mutex> lock(submit_mu_);
   auto shared_done = std::make_shared<std::function<void(std::exception_ptr)>>(std::move(done));
@@ -399,8 +399,7 @@ void Session::barrier(std::chrono::milliseconds timeout,
     return;
   }
   if (!worker_->submit(std::move(job))) {
-    throw Error("stragg: rank " + std::to_string(opt_.rank) +
-                ": barrier on a process group that was " + stop_reason_);
+    refuse("barrier", stop_reason_);
   }
 }
 

@@ -168,6 +168,8 @@ class Session {
                      CallRecord& record);
   CollectiveSpec next_spec(const char* name, DType dtype, size_t numel, bool internal);
   std::string prefix() const;
+  // Throws stragg::Error "stragg: rank R: <op> on a process group that was <state>".
+  [[noreturn]] void refuse(const char* op, const std::string& state) const;
 
   SessionOptions opt_;
   ProfilerSettings profiler_settings_;
