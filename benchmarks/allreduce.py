@@ -22,7 +22,8 @@ on the system measured, as osu_allreduce does with MPI). `calls` is about
 --iters). The run makes `--reps` repetitions in `--rounds` launches of each system (default: one
 repetition per launch); every launch runs one system in its own processes (so one system's
 activity does not spill into another's timing), and the systems take turns, their order rotating
-from round to round, so the machine's noise hits all alike. Reported: median over repetitions, min/max (IQR in --json).
+from round to round, so the machine's noise hits all alike. Reported: median over repetitions,
+min/max (IQR in --json).
 algbw = bytes / time / 1e9, busbw = algbw * 2(n-1)/n (nccl-tests convention).
 
 Limit: the memory traffic of the schedule stragg ran for the size (stragg.recent_calls), at the

@@ -176,7 +176,7 @@ c10::intrusive_ptr<c10d::Work> StraggBackend::barrier(const c10d::BarrierOptions
   // behind the queued calls, microseconds on shared memory where Gloo's takes milliseconds); a
   // CUDA-only group and a group that delegates all_reduce keep the inner backend's.
   if (cpu_inner_ && session_->path() != AllreducePath::Delegate) {
-    check_usable("barrier");
+    // Session::barrier refuses an aborted or shut-down group itself, with check_usable's words.
     const char* title = at::hasCallbacks() ? "stragg:barrier" : nullptr;
     auto work = c10::make_intrusive<StraggWork>(getRank(), c10d::OpType::BARRIER, title,
                                                 std::vector<at::Tensor>{});
