@@ -389,9 +389,12 @@ def _stats_group(group: Any) -> dict[str, Any] | None:
 
 PROFILES = {1: "local", 2: "medium", 3: "medium", 4: "full", 8: "small"}
 # World size 3 runs with a tiny staging area (when the backend reads these settings), so that
-# every buffer above 4 KiB is split into many pipelined chunks with ragged ends.
+# every buffer above 4 KiB is split into many pipelined chunks with ragged ends, and with the
+# copying receives of every buffer from 4 KiB written by non-temporal stores (the default does
+# so only from 32 MiB, above the matrix's sizes).
 SMALL_STAGING: dict[str, str | None] = {"STRAGG_SHM_SLOT_BYTES": "4KiB", "STRAGG_SHM_SLOTS": "2"}
-PROFILE_ENV: dict[int, dict[str, str | None]] = {3: SMALL_STAGING}
+STREAMING: dict[str, str | None] = {"STRAGG_STREAMING_BYTES": "4KiB"}
+PROFILE_ENV: dict[int, dict[str, str | None]] = {3: {**SMALL_STAGING, **STREAMING}}
 WORLD_SIZES = [1, 2, 3, 4, pytest.param(8, marks=pytest.mark.slow)]
 
 
@@ -522,6 +525,12 @@ def test_backend_stats_count_matrix(run: h.RunResult) -> None:
         )
         if len(run) == 3 and "shm_slot_bytes" in after:  # the small staging really was in use
             assert after["shm_slot_bytes"] == 4096, f"rank {rank}: {SMALL_STAGING} ignored: {after}"
+        if "streamed_bytes" in after:  # streaming copies ran where (only where) configured
+            streamed = after["streamed_bytes"] - before["streamed_bytes"]
+            if len(run) == 3:
+                assert streamed > 0, f"rank {rank}: {STREAMING} ignored: {before} -> {after}"
+            else:
+                assert streamed == 0, f"rank {rank}: streamed below 32 MiB: {before} -> {after}"
 
 
 @pytest.mark.stragg_only

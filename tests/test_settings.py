@@ -63,6 +63,9 @@ def test_python_settings_are_validated_when_given() -> None:
             stragg.Options(shm_slot=3)
         with pytest.raises(ValueError, match="an integer from 1 to 1024"):
             stragg.Options(shm_slots=0)
+        with pytest.raises(ValueError, match=r"streaming_bytes=\.\.\.\)='lots' is not accepted "
+                           r"\(expected a size \(0: never\)\)"):
+            stragg.Options(streaming_bytes="lots")
         stragg.set_policy(slowdown={3: 2.0})
         assert stragg._config.effective_settings()["slowdown"] == "3=2"
     finally:

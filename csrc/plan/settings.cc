@@ -265,6 +265,16 @@ const std::vector<Row>& rows() {
          s.inline_bytes = size_of(v, 0, a);
        },
        [](const Settings& s) { return format_size(s.inline_bytes); }},
+      {{"streaming_bytes", "STRAGG_STREAMING_BYTES", "size", "32MiB", "a size (0: never)",
+        "an all_reduce of at least this size writes the data it receives by copying (Ring's "
+        "all-gather half) with non-temporal stores: they skip reading the destination from "
+        "memory first but leave it out of the caches, a gain once the buffers no longer fit in "
+        "them (see Benchmarks)",
+        false},
+       [](Settings& s, const SettingValue& v, const std::string& a) {
+         s.streaming_bytes = size_of(v, 0, a);
+       },
+       [](const Settings& s) { return format_size(s.streaming_bytes); }},
       {{"tcp_host", "STRAGG_TCP_HOST", "address", "", "an address or host name (empty: automatic)",
         "address this rank advertises for the TCP transport (default: the local address that "
         "routes to the TCPStore host / MASTER_ADDR)",

@@ -19,6 +19,7 @@ struct ExecutorStats {
   uint64_t runs = 0;
   uint64_t bytes_sent = 0;
   uint64_t bytes_received = 0;
+  uint64_t bytes_streamed = 0;  // of bytes_received, copied in with non-temporal stores
   double busy_s = 0;         // wall time inside run()
   double wait_s = 0;         // of which blocked waiting for peers (nothing could move)
   double pre_arrival_s = 0;  // of which in pre-arrival steps (straggler not involved)
@@ -53,6 +54,11 @@ class Executor {
   int agree_on_straggler(const CollectiveSpec& spec, std::chrono::microseconds window,
                          std::chrono::milliseconds timeout, ArrivalBoard* board = nullptr,
                          std::optional<uint64_t> board_seq = std::nullopt);
+
+  // All_reduces of at least this many bytes write the data they receive by copying with
+  // non-temporal stores, which skip reading the destination first (STRAGG_STREAMING_BYTES;
+  // 0: never). Between runs only.
+  void set_streaming_bytes(size_t bytes) { window_.set_streaming_bytes(bytes); }
 
   const ExecutorStats& stats() const { return stats_; }
   Transport& transport() { return transport_; }

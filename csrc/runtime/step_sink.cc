@@ -6,12 +6,19 @@
 
 #include "runtime/error.h"
 #include "runtime/reduce.h"
+#include "runtime/streaming_copy.h"
 
 namespace stragg {
 
 StepSink::StepSink(int rank, const CollectiveSpec& spec, uint8_t tag, uint32_t step,
-                   const PlanOp& op, uint8_t* buf)
-    : rank_(rank), spec_(spec), tag_(tag), step_(step), op_(op), buf_(buf) {
+                   const PlanOp& op, uint8_t* buf, bool stream_copies)
+    : rank_(rank),
+      spec_(spec),
+      tag_(tag),
+      step_(step),
+      op_(op),
+      buf_(buf),
+      stream_copies_(stream_copies) {
   // Not zero-filled: every byte is written by on_data before apply_staged reads it.
   if (op_.staged) staging_.reset(new uint8_t[op_.count * dtype_size(spec_.dtype)]);
 }
@@ -89,6 +96,8 @@ void StepSink::on_data(size_t offset, const void* data, size_t len) {
   if (op_.reduce) {
     (op_.received_first ? reduce_into_swapped : reduce_into)(spec_.dtype, spec_.op, dst, data,
                                                              len / elem);
+  } else if (stream_copies_) {
+    copy_streaming(dst, data, len);
   } else {
     std::memcpy(dst, data, len);
   }

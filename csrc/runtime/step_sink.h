@@ -16,8 +16,10 @@ namespace stragg {
 
 class StepSink final : public RecvSink {
  public:
+  // stream_copies: copying receives write the buffer with non-temporal stores
+  // (runtime/streaming_copy.h).
   StepSink(int rank, const CollectiveSpec& spec, uint8_t tag, uint32_t step, const PlanOp& op,
-           uint8_t* buf);
+           uint8_t* buf, bool stream_copies);
   // Staged receives: applies the message (after the step's sends are done).
   void apply_staged();
   void on_header(const MessageHeader& h) override;
@@ -30,6 +32,7 @@ class StepSink final : public RecvSink {
   uint32_t step_;
   PlanOp op_;
   uint8_t* buf_;
+  bool stream_copies_;
   std::unique_ptr<uint8_t[]> staging_;
 };
 

@@ -26,6 +26,7 @@ void StepWindow::start(const RankPlan& plan, const CollectiveSpec& spec, uint8_t
   spec_ = &spec;
   buf_ = buf;
   elem_ = dtype_size(spec.dtype);
+  stream_copies_ = streaming_bytes_ > 0 && spec.numel * elem_ >= streaming_bytes_;
   for (size_t i = 0; i < posted_; ++i) slot(i).sinks.clear();  // a failed run's staging memory
   head_ = 0;
   posted_ = 0;
@@ -67,10 +68,11 @@ void StepWindow::post(size_t step_index) {
     PlanOp p = step.recvs[i];
     // Without RecvOp::limit, a receive overlapping a send of the step must be staged.
     if (p.follows_send >= 0 && !limits_) p.staged = true;
-    a.sinks.emplace_back(rank, *spec_, plan_->tag, step.id, p, buf_);
+    a.sinks.emplace_back(rank, *spec_, plan_->tag, step.id, p, buf_, stream_copies_);
     a.recvs[i].peer = p.peer;
     a.recvs[i].sink = &a.sinks.back();
     stats_.bytes_received += p.count * elem_;
+    if (stream_copies_ && !p.reduce && !p.staged) stats_.bytes_streamed += p.count * elem_;
   }
   add_deps(a);
 }

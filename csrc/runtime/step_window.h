@@ -51,6 +51,9 @@ class StepWindow {
   // Begins running `plan` on `buf` (spec.numel elements of spec.dtype); plan and spec must
   // outlive the run. Whatever a previous run left posted is dropped.
   void start(const RankPlan& plan, const CollectiveSpec& spec, uint8_t* buf);
+  // Runs whose buffer has at least this many bytes write their copying receives with
+  // non-temporal stores (runtime/streaming_copy.h); 0: never. Takes effect at the next start().
+  void set_streaming_bytes(size_t bytes) { streaming_bytes_ = bytes; }
 
   // Posts steps up to the lookahead and progresses every op that may run. True if anything
   // moved (bytes, a step completed or was posted). Throws stragg::Error from the transport or a
@@ -100,6 +103,8 @@ class StepWindow {
   const CollectiveSpec* spec_ = nullptr;
   uint8_t* buf_ = nullptr;
   size_t elem_ = 0;
+  size_t streaming_bytes_ = 0;
+  bool stream_copies_ = false;  // this run's
   std::vector<Active> slots_;  // lookahead_ of them, a ring: step retired_ + i in slot(i)
   size_t head_ = 0;            // slot of step retired_
   size_t posted_ = 0;          // steps [retired_, retired_ + posted_) are posted

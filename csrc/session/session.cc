@@ -46,6 +46,7 @@ Session::Session(Rendezvous& rdv, SessionOptions options)
       store_board_ = opt_.make_store_board();
     }
     executor_ = std::make_unique<Executor>(*transport_);
+    executor_->set_streaming_bytes(opt_.settings.streaming_bytes);
     profiler_ = std::make_unique<GroupProfiler>(opt_.rank, opt_.size, opt_.settings, *planner_,
                                                 opt_.group_name, host_of_);
   }
@@ -425,6 +426,7 @@ std::map<std::string, int64_t> Session::stats() const {
     s["wait_us"] = static_cast<int64_t>(executor_totals_.wait_s * 1e6);
     s["pre_arrival_us"] = static_cast<int64_t>(executor_totals_.pre_arrival_s * 1e6);
     s["agreement_us"] = static_cast<int64_t>(executor_totals_.agreement_s * 1e6);
+    s["streamed_bytes"] = static_cast<int64_t>(executor_totals_.bytes_streamed);
   }
   s["dynamic_straggler_calls"] = dynamic_straggler_calls_.load();
   s["dynamic_plain_calls"] = dynamic_plain_calls_.load();
