@@ -18,7 +18,7 @@ StepSink::StepSink(int rank, const CollectiveSpec& spec, uint8_t tag, uint32_t s
       step_(step),
       op_(op),
       buf_(buf),
-      stream_copies_(stream_copies) {
+      stream_copies_(stream_copies && !op.reduce && !op.staged) {
   // Not zero-filled: every byte is written by on_data before apply_staged reads it.
   if (op_.staged) staging_.reset(new uint8_t[op_.count * dtype_size(spec_.dtype)]);
 }

@@ -16,10 +16,12 @@ namespace stragg {
 
 class StepSink final : public RecvSink {
  public:
-  // stream_copies: copying receives write the buffer with non-temporal stores
-  // (runtime/streaming_copy.h).
+  // stream_copies: a copying receive (not reducing, not staged) writes the buffer with
+  // non-temporal stores (runtime/streaming_copy.h).
   StepSink(int rank, const CollectiveSpec& spec, uint8_t tag, uint32_t step, const PlanOp& op,
            uint8_t* buf, bool stream_copies);
+  // Whether this receive's payload is written with non-temporal stores.
+  bool streams() const { return stream_copies_; }
   // Staged receives: applies the message (after the step's sends are done).
   void apply_staged();
   void on_header(const MessageHeader& h) override;

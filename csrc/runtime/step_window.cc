@@ -72,7 +72,7 @@ void StepWindow::post(size_t step_index) {
     a.recvs[i].peer = p.peer;
     a.recvs[i].sink = &a.sinks.back();
     stats_.bytes_received += p.count * elem_;
-    if (stream_copies_ && !p.reduce && !p.staged) stats_.bytes_streamed += p.count * elem_;
+    if (a.sinks.back().streams()) stats_.bytes_streamed += p.count * elem_;
   }
   add_deps(a);
 }

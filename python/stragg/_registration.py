@@ -180,9 +180,10 @@ def backend_stats(group: dist.ProcessGroup | None = None) -> dict[str, Any]:
     "allreduce_calls" and "allreduce_bytes" (all_reduces run on stragg's executor),
     "barrier_calls" (stragg's own barriers), "delegated_calls" (operations passed to the inner
     Gloo/NCCL backend), "failed_calls", timing totals, "streamed_bytes" (bytes received by
-    copies with non-temporal stores, STRAGG_STREAMING_BYTES), and from the last link probe: "degraded_ranks" ({rank: slowdown factor l}), "links"
-    (per rank: send/recv bytes/s, slowdown) and "link_matrix" (n x n [alpha_s,
-    beta_s_per_byte] of the directed links, None unmeasured).
+    copies with non-temporal stores, STRAGG_STREAMING_BYTES), and from the last link probe:
+    "degraded_ranks" ({rank: slowdown factor l}), "links" (per rank: send/recv bytes/s,
+    slowdown) and "link_matrix" (n x n [alpha_s, beta_s_per_byte] of the directed links, None
+    unmeasured).
     """
     backend = _stragg_backend(group)
     stats: dict[str, Any] = dict(backend.stats())
