@@ -10,6 +10,14 @@ slowest rank's mean. The first warm-up result and the last measured
 result are checked exactly against the expected sum (integer-valued float32 data, as in
 _common.make_data). Rank 0 writes {"library", "sizes": {bytes: {"samples": [s], "calls"}}} to OUT.
 
+With "dispatch_max_bytes" > 0 in CFG, sizes up to it are also timed with torch's dispatch of
+`dist.all_reduce` added to every call: each call is `dist.all_reduce` on a group of torch's
+`fake` backend (which moves no data; the same call the floor of allreduce.py times) followed by
+the MPI Allreduce, in the same repetitions ("dispatch_samples"). That is what OpenMPI's
+all_reduce would cost reached through `dist.all_reduce` (torch's CPU wheel has no MPI backend):
+the peer a torch backend can be held to where torch's own per-call cost is a large part of the
+time. torch is imported only then.
+
 The helpers above main() are also imported by allreduce.py (this module imports mpi4py only
 in main()).
 """
@@ -65,7 +73,11 @@ def check(comm: Any, buf: np.ndarray, expected: np.ndarray, nbytes: int) -> None
         raise SystemExit(f"_mpi_worker: MPI Allreduce of {nbytes} B wrong on ranks {wrong}")
 
 
-def time_size(comm: Any, mpi: Any, nbytes: int, cfg: dict[str, Any]) -> tuple[list[float], int]:
+def time_size(
+    comm: Any, mpi: Any, nbytes: int, cfg: dict[str, Any], dispatch: Any = None
+) -> dict[str, Any]:
+    """Samples of one size: {"samples", "calls"}, and "dispatch_samples" when `dispatch` (a
+    TorchDispatch) is given."""
     rank, n = comm.Get_rank(), comm.Get_size()
     src, expected, buf = make_data(nbytes, rank, n)
 
@@ -80,11 +92,49 @@ def time_size(comm: Any, mpi: Any, nbytes: int, cfg: dict[str, Any]) -> tuple[li
     osu_repetition(call, comm.Barrier, max_over_ranks, max(1, cfg["warmup"]))
     est = osu_repetition(call, comm.Barrier, max_over_ranks, max(1, cfg["warmup"] // 5))
     calls = calls_for(cfg["budget_s"], est, cfg["max_calls"], cfg["min_calls"])
-    samples = [
-        osu_repetition(call, comm.Barrier, max_over_ranks, calls) for _ in range(cfg["reps"])
-    ]
+    out: dict[str, Any] = {
+        "calls": calls,
+        "samples": [
+            osu_repetition(call, comm.Barrier, max_over_ranks, calls) for _ in range(cfg["reps"])
+        ],
+    }
+    if dispatch is not None:  # after the plain repetitions, as allreduce.py's floor
+        tensor = dispatch.tensor_of(src)
+
+        def dispatched_call() -> None:
+            dispatch.all_reduce(tensor)
+            call()
+
+        osu_repetition(dispatched_call, comm.Barrier, max_over_ranks, max(1, cfg["warmup"]))
+        out["dispatch_samples"] = [
+            osu_repetition(dispatched_call, comm.Barrier, max_over_ranks, calls)
+            for _ in range(cfg["reps"])
+        ]
     check(comm, buf, expected, nbytes)
-    return samples, calls
+    return out
+
+
+class TorchDispatch:
+    """torch's dispatch of `dist.all_reduce` without any communication: a process group of
+    torch's `fake` backend (a FakeStore, no rendezvous), one per rank."""
+
+    def __init__(self, rank: int, n: int) -> None:
+        import torch
+        import torch.distributed as dist
+        from torch.testing._internal.distributed.fake_pg import FakeStore
+
+        torch.set_num_threads(1)  # as the torch ranks of allreduce.py
+        dist.init_process_group("fake", store=FakeStore(), rank=rank, world_size=n)
+        self._torch, self._dist = torch, dist
+
+    def tensor_of(self, array: Any) -> Any:
+        return self._torch.from_numpy(array)
+
+    def all_reduce(self, tensor: Any) -> None:
+        self._dist.all_reduce(tensor, op=self._dist.ReduceOp.SUM)
+
+    def close(self) -> None:
+        self._dist.destroy_process_group()
 
 
 def main(argv: list[str]) -> int:
@@ -94,13 +144,21 @@ def main(argv: list[str]) -> int:
     from mpi4py import MPI
 
     comm = MPI.COMM_WORLD
+    limit = int(cfg.get("dispatch_max_bytes", 0))
+    dispatch = None
+    if any(nbytes <= limit for nbytes in cfg["sizes"]):
+        dispatch = TorchDispatch(comm.Get_rank(), comm.Get_size())
     result = {}
     for nbytes in cfg["sizes"]:
-        samples, calls = time_size(comm, MPI, nbytes, cfg)
-        result[str(nbytes)] = {"samples": samples, "calls": calls}
+        dispatched = dispatch if nbytes <= limit else None
+        result[str(nbytes)] = time_size(comm, MPI, nbytes, cfg, dispatched)
+    if dispatch is not None:
+        dispatch.close()
     if comm.Get_rank() == 0:
         with open(out_path, "w") as f:
-            json.dump({"library": MPI.Get_library_version().splitlines()[0], "sizes": result}, f)
+            # Open MPI pads its version string with NUL characters.
+            library = MPI.Get_library_version().replace("\x00", "").splitlines()[0].strip()
+            json.dump({"library": library, "sizes": result}, f)
     return 0
 
 

@@ -40,6 +40,13 @@ backend (a process group that moves no data), every rank at once: what torch's o
 the call costs on this machine with this many ranks sharing its cores, a time no backend reached
 through `dist.all_reduce` can beat. Measured in the stragg launch, after stragg's repetitions.
 
+MPI + dispatch (same sizes, in the MPI launch after its repetitions): every call is that `fake`
+`dist.all_reduce` followed by OpenMPI's Allreduce, the same number of calls per repetition.
+torch's CPU wheel has no MPI backend; this is what OpenMPI would cost reached through
+`dist.all_reduce`, the comparison that holds torch's per-call cost constant. At small sizes,
+where torch's dispatch is a large part of the time and the ranks share few cores, it is not
+the sum of the two (the dispatch between calls also changes how the ranks meet).
+
 The first call of every (size, system) and the call after the last repetition are checked
 exactly against the expected sum (integer-valued float32 data, so any summation order is exact);
 a mismatch aborts the run instead of reporting a broken all_reduce as fast. (Back-to-back calls
@@ -174,12 +181,15 @@ def _verify(
         )
 
 
-def _last_plan(stragg_mod: Any, group: Any) -> str:
+def _last_plan(stragg_mod: Any, group: Any, nbytes: int) -> str:
+    """The plan of the group's last all_reduce of `nbytes` (not simply the last call: the
+    one-element max-reductions that end each repetition are all_reduces on the group too)."""
     try:
         calls = stragg_mod.recent_calls(group)
     except (RuntimeError, AttributeError) as e:
         return f"unknown ({e})"
-    return str(calls[-1]["plan"]) if calls else "unknown"
+    mine = [c for c in calls if c["bytes"] == nbytes]
+    return str(mine[-1]["plan"]) if mine else "unknown"
 
 
 FLOOR_MAX_BYTES = 1 << 20  # the dispatch floor matters (and is measured) up to this size
@@ -276,7 +286,7 @@ def worker(rank: int, cfg: Config, result_path: str) -> None:
     for nbytes in cfg.sizes:
         per_size = _time_size(nbytes, rank, cfg, groups, ctrl, issued)
         if "stragg" in groups:
-            per_size["stragg"]["plan"] = _last_plan(stragg_mod, groups["stragg"])
+            per_size["stragg"]["plan"] = _last_plan(stragg_mod, groups["stragg"], nbytes)
         out["sizes"][str(nbytes)] = per_size
 
     if "stragg" in groups:
@@ -316,7 +326,8 @@ def run_mpi(cfg: Config) -> dict[str, Any] | None:
         with open(cfg_path, "w") as f:
             json.dump({"sizes": cfg.sizes, "warmup": cfg.warmup, "reps": cfg.reps,
                        "budget_s": cfg.budget_s, "max_calls": cfg.iters,
-                       "min_calls": cfg.min_iters}, f)  # fmt: skip
+                       "min_calls": cfg.min_iters, "dispatch_max_bytes": FLOOR_MAX_BYTES},
+                      f)  # fmt: skip
         cmd = ["mpirun", "--allow-run-as-root", "--oversubscribe", "-np", str(cfg.ranks),
                sys.executable, str(HERE / "_mpi_worker.py"), cfg_path, out_path]  # fmt: skip
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=cfg.timeout_s * 4,
@@ -394,6 +405,7 @@ def collect(args: argparse.Namespace, cfg: Config, systems: list[str]) -> tuple[
     calls: dict[tuple[str, int], int] = {}
     plans: dict[int, str] = {}
     floors: dict[int, list[float]] = {}
+    dispatched: dict[int, list[float]] = {}  # MPI + torch's dispatch, by size
     copy_bw: list[float] = []
     info: dict[str, Any] = {}
     reps_left = args.reps
@@ -431,6 +443,8 @@ def collect(args: argparse.Namespace, cfg: Config, systems: list[str]) -> tuple[
                         plans[int(size)] = v["plan"]
                     if "floor_samples" in v:
                         floors.setdefault(int(size), []).extend(v["floor_samples"])
+                    if "dispatch_samples" in v:
+                        dispatched.setdefault(int(size), []).extend(v["dispatch_samples"])
         if not args.json:
             eprint(f"# launch {launch + 1}/{args.rounds} done")
     bw = sorted(copy_bw)[len(copy_bw) // 2] if copy_bw else 0.0
@@ -453,6 +467,10 @@ def collect(args: argparse.Namespace, cfg: Config, systems: list[str]) -> tuple[
                     fl = Stats.of(floors[nbytes])
                     row["floor_s"], row["floor_min_s"], row["floor_max_s"] = (
                         fl.median, fl.minimum, fl.maximum)  # fmt: skip
+            if system == "mpi" and nbytes in dispatched:
+                ds = Stats.of(dispatched[nbytes])
+                row["dispatch_s"], row["dispatch_min_s"], row["dispatch_max_s"] = (
+                    ds.median, ds.minimum, ds.maximum)  # fmt: skip
             rows.append(row)
     return rows, info
 
@@ -484,9 +502,13 @@ def print_table(rows: list[dict[str, Any]], systems: list[str], cfg: Config,
     floors = any("floor_s" in r for r in rows)
     if floors:
         head += f" | {'floor us':>8}"
+    dispatched = any("dispatch_s" in r for r in rows)
+    if dispatched:
+        head += f" | {'mpi+disp us':>11}"
     peers = [s for s in systems if s != "stragg"] if "stragg" in systems else []
-    for p in peers + (["limit"] if "stragg" in systems else []):
-        head += f" | {'stragg/' + p:>12}"
+    ratios = peers + (["mpi+disp"] if dispatched and "stragg" in systems else [])
+    for p in ratios + (["limit"] if "stragg" in systems else []):
+        head += f" | {'stragg/' + p:>15}"
     print(head)
     for nbytes in cfg.sizes:
         st = by.get(("stragg", nbytes))
@@ -505,11 +527,14 @@ def print_table(rows: list[dict[str, Any]], systems: list[str], cfg: Config,
         if floors:
             fl = (st or {}).get("floor_s")
             line += f" | {fl * 1e6:8.1f}" if fl else f" | {'-':>8}"
-        for p in peers:
-            r = by.get((p, nbytes))
-            line += f" | {st['time_s'] / r['time_s']:11.2f}x" if st and r else f" | {'-':>12}"
+        disp = by.get(("mpi", nbytes), {}).get("dispatch_s")
+        if dispatched:
+            line += f" | {disp * 1e6:11.1f}" if disp else f" | {'-':>11}"
+        for p in ratios:
+            ref = disp if p == "mpi+disp" else by.get((p, nbytes), {}).get("time_s")
+            line += f" | {st['time_s'] / ref:14.2f}x" if st and ref else f" | {'-':>15}"
         if "stragg" in systems:
-            line += f" | {st['time_s'] / lim:11.2f}x" if st and lim else f" | {'-':>12}"
+            line += f" | {st['time_s'] / lim:14.2f}x" if st and lim else f" | {'-':>15}"
         print(line)
     print(
         "# stragg/peer: time ratio (< 1: stragg faster); stragg/limit: how far above the "
@@ -519,6 +544,11 @@ def print_table(rows: list[dict[str, Any]], systems: list[str], cfg: Config,
         print(
             f"# floor: dist.all_reduce on torch's 'fake' backend (no data moved), all {n} ranks "
             "at once: torch's own dispatch per call, below which no torch backend can go"
+        )
+    if dispatched:
+        print(
+            "# mpi+disp: every call is that 'fake' dist.all_reduce followed by OpenMPI's "
+            "Allreduce: OpenMPI reached through torch's dispatch (the CPU wheel has no MPI backend)"
         )
     if info.get("stats_check"):
         print("# " + info["stats_check"])
@@ -562,6 +592,11 @@ def plot(rows: list[dict[str, Any]], systems: list[str], n: int, path: str) -> N
     if fl:
         ax_t.plot([r["bytes"] for r in fl], [r["floor_s"] * 1e6 for r in fl], "k:",
                   label="torch dispatch floor")  # fmt: skip
+    md = sorted((r for r in rows if r["backend"] == "mpi" and r.get("dispatch_s")),
+                key=lambda r: r["bytes"])  # fmt: skip
+    if md:
+        ax_t.plot([r["bytes"] for r in md], [r["dispatch_s"] * 1e6 for r in md], "-.",
+                  marker="x", label="OpenMPI + torch dispatch")  # fmt: skip
     for ax in (ax_t, ax_b):
         ax.set_xscale("log", base=2)
         ax.set_xlabel("message size (bytes)")

@@ -69,6 +69,8 @@ def test_benchmark_runs_from_another_directory(tmp_path: Path) -> None:
     assert [r["transport"] for r in rows if r["backend"] == "stragg"] == ["shm"]
     # torch's dispatch floor (its `fake` backend) is measured next to stragg.
     assert [r["floor_s"] > 0 for r in rows if r["backend"] == "stragg"] == [True]
+    # OpenMPI through torch's dispatch is measured next to OpenMPI.
+    assert all(r["dispatch_s"] > 0 for r in rows if r["backend"] == "mpi")
 
 
 def test_degraded_benchmark_redraws_from_json(tmp_path: Path) -> None:
