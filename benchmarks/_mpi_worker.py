@@ -1,19 +1,19 @@
 """OpenMPI side of benchmarks/allreduce.py: a rank of `mpirun -np P python _mpi_worker.py CFG OUT`.
 
-Torch-free (mpi4py on numpy buffers). Reads the run's configuration from the JSON file CFG
-({"sizes", "warmup", "reps", "budget_s", "max_calls", "min_calls"}) and times, per size,
-exactly like the torch worker of allreduce.py (the OSU osu_allreduce method, osu_repetition
-below, shared by both): a warm-up repetition of W calls, one of W/5 calls estimating the rate,
-then R repetitions of [barrier,
+mpi4py on numpy buffers (torch only for the dispatch repetitions below). Reads the run's
+configuration from the JSON file CFG ({"sizes", "warmup", "reps", "budget_s", "max_calls",
+"min_calls", "dispatch_max_bytes"}) and times, per size, exactly like the torch worker of
+allreduce.py (the OSU osu_allreduce method, osu_repetition below, shared by both): a warm-up
+repetition of W calls, one of W/5 calls estimating the rate, then R repetitions of [barrier,
 `calls` back-to-back Allreduce(SUM, float32), mean per call]; a repetition's value is the
-slowest rank's mean. The first warm-up result and the last measured
-result are checked exactly against the expected sum (integer-valued float32 data, as in
-_common.make_data). Rank 0 writes {"library", "sizes": {bytes: {"samples": [s], "calls"}}} to OUT.
+slowest rank's mean. The first warm-up result and the last measured result are checked exactly
+against the expected sum (integer-valued float32 data, as in _common.make_data). Rank 0 writes
+{"library", "sizes": {bytes: {"samples": [s], "calls"}}} to OUT.
 
-With "dispatch_max_bytes" > 0 in CFG, sizes up to it are also timed with torch's dispatch of
+Sizes up to "dispatch_max_bytes" (0: none) are then also timed with torch's dispatch of
 `dist.all_reduce` added to every call: each call is `dist.all_reduce` on a group of torch's
-`fake` backend (which moves no data; the same call the floor of allreduce.py times) followed by
-the MPI Allreduce, in the same repetitions ("dispatch_samples"). That is what OpenMPI's
+`fake` backend (which moves no data; the call allreduce.py's floor times) followed by the MPI
+Allreduce, R more repetitions of as many calls ("dispatch_samples"). That is what OpenMPI's
 all_reduce would cost reached through `dist.all_reduce` (torch's CPU wheel has no MPI backend):
 the peer a torch backend can be held to where torch's own per-call cost is a large part of the
 time. torch is imported only then.
