@@ -240,6 +240,16 @@ def _proc_stat(pid: int) -> tuple[int, int, str] | None:
     return ppid, pgid, state
 
 
+def _wait_dead(pids: Iterable[int], timeout_s: float) -> None:
+    """Poll until every pid is gone or a zombie (or ``timeout_s`` passes)."""
+    pending = set(pids)
+    deadline = time.monotonic() + timeout_s
+    while pending and time.monotonic() < deadline:
+        pending = {pid for pid in pending if (st := _proc_stat(pid)) is not None and st[2] != "Z"}
+        if pending:
+            time.sleep(0.01)
+
+
 def _all_pids() -> list[int]:
     return [int(n) for n in os.listdir("/proc") if n.isdigit()]
 
@@ -604,6 +614,9 @@ def run_ranks(
         for pid in processes_in_groups(rank_pids):  # e.g. a process that left the group's session
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
+        # SIGKILL takes effect asynchronously: on a loaded machine a killed process can still
+        # be runnable for a moment. Wait until it is really gone, so "killed" means dead.
+        _wait_dead(set(stray) | set(processes_in_groups(rank_pids)), timeout_s=10.0)
         for c in conns.values():
             c.close()
         shutil.rmtree(tmp, ignore_errors=True)
