@@ -34,6 +34,9 @@ send reads b bytes (half a copy), a copying receive writes b (half a copy), a re
 reads and writes b (one copy). The limit is the busiest rank's copy-equivalent bytes / copy
 bandwidth: an implementation that moves the data this way beats it only where the buffers
 themselves fit in the caches (latency terms are not modelled, so small sizes sit far above it).
+The one-shot all_reduce of small calls (plan "oneshot") is counted alike: its copy in and, on
+every rank but 0, the copy of rank 0's input out, one copy each; each of the n - 1 reductions
+one copy.
 
 Floor (stragg rows up to 1 MiB): the same repetitions of `dist.all_reduce` on torch's `fake`
 backend (a process group that moves no data), every rank at once: what torch's own dispatch of
@@ -349,6 +352,10 @@ def traffic_bytes(plan: str, n: int, nbytes: int) -> float | None:
     None for plans whose schedule is not rebuilt here (straggler-parameterised ones)."""
     if "(" in plan or plan in ("local", "gloo", "unknown"):
         return None
+    if plan == "oneshot":
+        # Not a schedule: every rank copies its input in (1), every rank but 0 copies rank 0's
+        # input out (1), then reduces the n - 1 others into it (1 each).
+        return float((n + 1) * nbytes) if n > 1 else 0.0
     import stragg.schedule
 
     try:
@@ -495,7 +502,7 @@ def print_table(rows: list[dict[str, Any]], systems: list[str], cfg: Config,
     if cfg.stragg_note:
         print(f"# stragg unavailable ({cfg.stragg_note})")
     by = {(r["backend"], r["bytes"]): r for r in rows}
-    head = f"{'size':>9} {'plan':>6}"
+    head = f"{'size':>9} {'plan':>7}"
     for s in systems:
         head += f" | {s + ' us':>10} {'min':>8} {'max':>8} {'busbw':>6}"
     head += f" | {'limit us':>9} {'busbw':>6}"
@@ -512,7 +519,7 @@ def print_table(rows: list[dict[str, Any]], systems: list[str], cfg: Config,
     print(head)
     for nbytes in cfg.sizes:
         st = by.get(("stragg", nbytes))
-        line = f"{_fmt_size(nbytes):>9} {(st or {}).get('plan', '-')[:6]:>6}"
+        line = f"{_fmt_size(nbytes):>9} {(st or {}).get('plan', '-')[:7]:>7}"
         for s in systems:
             r = by.get((s, nbytes))
             if r is None:

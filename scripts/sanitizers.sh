@@ -26,7 +26,7 @@ fi
 if [[ $WHICH == *tsan* ]]; then
   echo "== C++ tests of the threaded layers under ThreadSanitizer =="
   TSAN_TARGETS=(test_shm_transport test_tcp_transport test_mixed_transport test_serial_worker
-    test_session test_executor)
+    test_session test_executor test_oneshot)
   cmake -S . -B build/tsan "${COMMON[@]}" -DSTRAGG_SANITIZE=thread >/dev/null
   cmake --build build/tsan -j "$JOBS" --target "${TSAN_TARGETS[@]}"
   export TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1:suppressions=$PWD/tests/cpp/tsan.supp"

@@ -348,14 +348,14 @@ def _every_op(rank: int, ws: int) -> dict[str, h.Outcome]:
     }
 
 
-def abort_worker(rank: int, ws: int) -> dict[str, Any]:
+def abort_worker(rank: int, ws: int, wait_in: str) -> dict[str, Any]:
     dist.all_reduce(torch.ones(8))
     dist.barrier()
     if rank == 0:
-        time.sleep(1.0)  # the others are waiting in a barrier (Gloo) or an all_reduce by then
+        time.sleep(1.0)  # the others are waiting in the same barrier or all_reduce by then
         dist.group.WORLD.abort()
         waiting = None
-    elif rank == 1:
+    elif wait_in == "all_reduce":
         waiting = h.capture(lambda: dist.all_reduce(torch.ones(1000)))
     else:
         waiting = h.capture(dist.barrier)
@@ -363,8 +363,12 @@ def abort_worker(rank: int, ws: int) -> dict[str, Any]:
 
 
 @pytest.mark.stragg_only
-def test_abort_fails_every_op_on_every_rank_at_once() -> None:
-    run = h.run_ranks(4, abort_worker, pg_timeout_s=60, timeout_s=150, destroy=False)
+@pytest.mark.parametrize("wait_in", ["all_reduce", "barrier"])
+def test_abort_fails_every_op_on_every_rank_at_once(wait_in: str) -> None:
+    # The waiting ranks all wait in the same collective: ranks in different collectives at once
+    # are a mismatch, which a rank may detect (and report) before rank 0's abort arrives.
+    worker = functools.partial(abort_worker, wait_in=wait_in)
+    run = h.run_ranks(4, worker, pg_timeout_s=60, timeout_s=150, destroy=False)
     for rank, v in enumerate(run.values()):
         if v["waiting"] is not None:
             w: h.Outcome = v["waiting"]

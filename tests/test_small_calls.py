@@ -3,9 +3,12 @@
 - a small all_reduce runs on the caller's thread (STRAGG_INLINE_BYTES): an async_op Work is
   already complete when all_reduce returns, results are exact and bitwise identical on every
   rank; a large one still runs on the worker thread; with STRAGG_INLINE_BYTES=0 every call does;
-- Auto runs recursive doubling ("rd") for tiny calls, including a group of 3 (fold/unfold), and
-  its results on random floats (where the summation order shows in the bits) are bitwise
-  identical on every rank; stragg.recent_calls records every call, inline or not.
+- Auto runs the one-shot all_reduce ("oneshot") for tiny calls on one host, and recursive
+  doubling ("rd") with STRAGG_ONESHOT_BYTES=0, including a group of 3 (fold/unfold); either way
+  results on random floats (where the summation order shows in the bits) are bitwise identical
+  on every rank; stragg.recent_calls records every call, inline or not;
+- a call that is one-shot-sized on some ranks and not on another (numel differs) raises a
+  mismatch on every rank, promptly, instead of hanging until the timeout.
 """
 
 from __future__ import annotations
@@ -53,9 +56,14 @@ def small_calls_worker(rank: int, ws: int) -> dict[str, Any]:
 
 
 @pytest.mark.parametrize("ws", [2, 3, 4])
-@pytest.mark.parametrize("inline_bytes", ["256KiB", "0"])
-def test_small_calls_exact_identical_and_recorded(ws: int, inline_bytes: str) -> None:
-    run = h.run_ranks(ws, small_calls_worker, env={"STRAGG_INLINE_BYTES": inline_bytes})
+@pytest.mark.parametrize(
+    "inline_bytes,oneshot_bytes", [("256KiB", "16KiB"), ("0", "16KiB"), ("256KiB", "0")]
+)
+def test_small_calls_exact_identical_and_recorded(
+    ws: int, inline_bytes: str, oneshot_bytes: str
+) -> None:
+    env = {"STRAGG_INLINE_BYTES": inline_bytes, "STRAGG_ONESHOT_BYTES": oneshot_bytes}
+    run = h.run_ranks(ws, small_calls_worker, env=env)
     values = run.values()
     digests = {v["random_digest"] for v in values}
     assert len(digests) == 1, f"ranks disagree bitwise on random floats: {digests}"
@@ -63,10 +71,35 @@ def test_small_calls_exact_identical_and_recorded(ws: int, inline_bytes: str) ->
         assert all(v["exact"]), f"rank {rank}: wrong results {v['exact']}"
         assert v["ok"] == [True] * 5, v
         assert v["bytes"] == [4000, 4, 28, 4000, 800_000], v
-        # Tiny calls: recursive doubling (the cost model's pick for latency-bound sizes).
-        assert v["plans"][0] == "rd", v["plans"]
+        # Tiny calls: the one-shot all_reduce on one host; without it recursive doubling (the
+        # cost model's pick for latency-bound sizes). The 800 kB call is neither.
+        tiny = "oneshot" if oneshot_bytes != "0" else "rd"
+        assert v["plans"][:4] == [tiny] * 4, v["plans"]
+        assert v["plans"][4] not in ("oneshot", "rd"), v["plans"]
         if inline_bytes != "0":
             assert v["small_completed_on_return"], f"rank {rank}: inline call not complete"
+
+
+MISMATCH_TIMEOUT_S = 60.0
+
+
+def straddling_worker(rank: int, ws: int) -> dict[str, Any]:
+    """Rank 1's call is above STRAGG_ONESHOT_BYTES, the others' below: it runs a schedule while
+    they wait in the one-shot exchange."""
+    dist.all_reduce(torch.ones(8))  # warm: the group works
+    t = torch.ones(5000 if rank == 1 else 100)
+    first = h.capture(lambda: dist.all_reduce(t))
+    return {"first": first}
+
+
+def test_oneshot_size_mismatch_raises_promptly_on_every_rank() -> None:
+    run = h.run_ranks(4, straddling_worker, pg_timeout_s=MISMATCH_TIMEOUT_S, timeout_s=120)
+    for rank, v in enumerate(run.values()):
+        first: h.Outcome = v["first"]
+        assert not first.ok, f"rank {rank}: a mismatched call succeeded"
+        assert "mismatch" in first.msg, f"rank {rank}: {first}"
+        assert "rank 1" in first.msg and "schedule" in first.msg, f"rank {rank}: {first}"
+        assert first.elapsed_s < MISMATCH_TIMEOUT_S / 2, f"rank {rank}: only the timeout: {first}"
 
 
 def profiled_calls_worker(rank: int, ws: int) -> dict[str, Any]:

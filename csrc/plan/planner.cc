@@ -246,6 +246,11 @@ double Planner::predict(Algorithm algorithm, size_t bytes) const {
   return predict(c, bytes);
 }
 
+double Planner::predict_oneshot(size_t bytes) const {
+  const LinkModel link = link_model();
+  return link.alpha_s + static_cast<double>(n_ - 1) * static_cast<double>(bytes) * link.beta_s_per_byte;
+}
+
 PlanChoice Planner::auto_base(size_t bytes, bool allow_rd) const {
   allow_rd = allow_rd && bytes <= config_.rd_max_bytes;
   const std::pair<size_t, bool> key{bytes, allow_rd};

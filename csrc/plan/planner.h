@@ -120,6 +120,9 @@ class Planner {
   double predict(const PlanChoice& choice, size_t bytes, int late_rank = -1,
                  double delay_s = 0) const;
   double predict(Algorithm algorithm, size_t bytes) const;
+  // The one-shot all_reduce (Executor::run_oneshot) of `bytes` per rank: one synchronisation
+  // (alpha) and every rank reading the n - 1 other inputs (beta each).
+  double predict_oneshot(size_t bytes) const;
 
   // OptCC segment counts Auto considers.
   static const std::vector<int>& optcc_segment_candidates();

@@ -256,6 +256,16 @@ const std::vector<Row>& rows() {
          s.yield_us = static_cast<int>(int_in(v, 0, 1000000, a));
        },
        [](const Settings& s) { return std::to_string(s.yield_us); }},
+      {{"oneshot_bytes", "STRAGG_ONESHOT_BYTES", "size", "16KiB", "a size (0: never)",
+        "on one host, an all_reduce up to this size without a straggler runs the one-shot "
+        "algorithm under auto: every rank puts its input in shared memory and reduces all "
+        "inputs itself, in rank order (one synchronisation instead of log2(n) rounds); each "
+        "rank's segment holds two buffers of this size",
+        true},
+       [](Settings& s, const SettingValue& v, const std::string& a) {
+         s.oneshot_bytes = size_of(v, 0, a);
+       },
+       [](const Settings& s) { return format_size(s.oneshot_bytes); }},
       {{"inline_bytes", "STRAGG_INLINE_BYTES", "size", "256KiB", "a size (0: never)",
         "an all_reduce up to this size runs on the calling thread when no call is queued or "
         "running (saves two thread hand-offs; it is then complete when all_reduce returns, "

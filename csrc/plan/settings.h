@@ -75,6 +75,7 @@ struct Settings {
   size_t shm_slots = 4;
   int spin_us = -1;  // -1: auto (group_setup: 5, or 0 when the host is oversubscribed)
   int yield_us = 50;
+  size_t oneshot_bytes = 16 * 1024;  // one-shot all_reduce up to this size on one host (0: never)
   size_t inline_bytes = 256 * 1024;  // calls up to this size run on the caller's thread (0: none)
   size_t streaming_bytes = 32 << 20;  // calls from this size copy with non-temporal stores (0: none)
   std::string tcp_host;  // empty: the local address that routes to the store host

@@ -44,6 +44,16 @@ class Executor {
   void run(const RankPlan& plan, const CollectiveSpec& spec, void* buf,
            std::chrono::milliseconds timeout);
 
+  // The one-shot all_reduce (OneshotArea, transport.h) in place on `buf`: this rank's input goes
+  // to its one-shot buffer, then it reduces all n inputs there in rank order (reduce_into, left
+  // to right), so every rank holds bitwise the same result. `index`: the group's one-shot call
+  // count (0, 1, ...), the same on every rank. The caller checks that the transport has an area
+  // and that the input fits (else stragg::Error). Throws like run(): a peer whose call differs
+  // (numel, dtype, op, sequence, or a peer that runs this collective as a schedule) raises
+  // "mismatch" naming it.
+  void run_oneshot(const CollectiveSpec& spec, void* buf, uint64_t index,
+                   std::chrono::milliseconds timeout);
+
   // Dynamic straggler (StragglAR without a configured straggler): agrees with the other ranks,
   // through the transport's ArrivalBoard, on who is late for collective spec.seq. Returns -1
   // when every rank arrived within `window` of the (n-1)-th arrival (run the plain algorithm),

@@ -126,6 +126,7 @@ ShmOptions shm_options(const Settings& settings, std::chrono::milliseconds timeo
   o.num_slots = settings.shm_slots;
   o.spin_us = spin_us_for(settings, ranks_on_host);
   o.yield_us = settings.yield_us;
+  o.oneshot_bytes = settings.oneshot_bytes;
   o.setup_timeout = timeout;
   return o;
 }
@@ -175,8 +176,9 @@ GroupSetup set_up_group(Rendezvous& rdv, int rank, int size, const Settings& set
     out.impl = std::make_unique<TcpTransport>(rdv, "tcp", rank, size,
                                               tcp_options(settings, address, timeout));
   } else if (out.transport == TransportChoice::Mixed) {
-    const MixedOptions o{shm_options(settings, timeout, ranks_on_host),
-                         tcp_options(settings, address, timeout)};
+    MixedOptions o{shm_options(settings, timeout, ranks_on_host),
+                   tcp_options(settings, address, timeout)};
+    o.shm.oneshot_bytes = 0;  // the one-shot all_reduce needs every rank in memory
     out.impl = std::make_unique<MixedTransport>(rdv, "mixed", rank, identities, o);
   }
   return out;

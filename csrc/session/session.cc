@@ -271,6 +271,19 @@ int Session::call_straggler(const CollectiveSpec& spec, size_t bytes, AllreduceC
   return planner_->straggler().rank;
 }
 
+// The one-shot all_reduce replaces what Auto chose for a small call without a straggler when
+// the transport has one-shot buffers (shm: every rank on this host). The decision depends only
+// on the size, the settings and the group, so every rank decides alike.
+bool Session::oneshot_fits(const PlanChoice& choice, size_t bytes) const {
+  if (planner_->algorithm() != Algorithm::Auto || choice.straggler >= 0) return false;
+  if (choice.algorithm != Algorithm::Ring && choice.algorithm != Algorithm::Rhd &&
+      choice.algorithm != Algorithm::Rd) {
+    return false;
+  }
+  OneshotArea* area = transport_->oneshot_area();
+  return area != nullptr && bytes <= opt_.settings.oneshot_bytes && bytes <= area->capacity();
+}
+
 void Session::run_on_executor(AllreduceCall& call, CallRecord& record) {
   const InternalSpec internal = [this](const char* name, DType dtype, size_t numel) {
     return next_spec(name, dtype, numel, /*internal=*/true);
@@ -288,6 +301,21 @@ void Session::run_on_executor(AllreduceCall& call, CallRecord& record) {
                        : planner_->profiled() ? profiler_->straggler_delay_s()
                                               : 0.0;
   const PlanChoice choice = planner_->choose(call.numel * elem, straggler, delay);
+  if (oneshot_fits(choice, call.numel * elem)) {
+    record.algorithm = record.plan = "oneshot";
+    record.straggler = -1;
+    record.predicted_s = planner_->predict_oneshot(call.numel * elem);
+    const auto run_start = Clock::now();
+    try {
+      executor_->run_oneshot(spec, call.data, oneshot_calls_++, call.timeout);
+    } catch (...) {
+      record.run_s = seconds_since(run_start);
+      throw;
+    }
+    record.run_s = seconds_since(run_start);
+    record.wait_s = executor_->stats().wait_s - before.wait_s;
+    return;
+  }
   record.algorithm = stragg::algorithm_name(choice.algorithm);
   if (!(choice == last_choice_) || last_plan_.empty()) {  // describe() formats: once per choice
     last_choice_ = choice;
@@ -436,6 +464,7 @@ std::map<std::string, int64_t> Session::stats() const {
   if (auto* shm = dynamic_cast<ShmTransport*>(transport_.get())) {
     s["shm_slot_bytes"] = static_cast<int64_t>(shm->options().slot_bytes);
     s["shm_slots"] = static_cast<int64_t>(shm->options().num_slots);
+    s["oneshot_bytes"] = static_cast<int64_t>(shm->options().oneshot_bytes);
   }
   if (auto* tcp = dynamic_cast<TcpTransport*>(transport_.get())) {
     s["tcp_staging_bytes"] = static_cast<int64_t>(tcp->options().staging_bytes);

@@ -163,6 +163,7 @@ class Session {
   uint64_t enqueue(SerialWorker::Job job, const char* name,
                    std::function<void(std::exception_ptr)> done);
   void run_on_executor(AllreduceCall& call, CallRecord& record);
+  bool oneshot_fits(const PlanChoice& choice, size_t bytes) const;
   void finish_call(AllreduceCall& call, CallRecord& record, std::exception_ptr error);
   int call_straggler(const CollectiveSpec& spec, size_t bytes, AllreduceCall& call,
                      CallRecord& record);
@@ -190,6 +191,7 @@ class Session {
 
   // Worker-thread state.
   uint64_t wire_seq_ = 0;    // collectives on the wire (user calls and internal ones)
+  uint64_t oneshot_calls_ = 0;  // one-shot all_reduces so far (OneshotArea's index)
   uint64_t agreements_ = 0;  // dynamic straggler agreements so far (the arrival board's key)
   int64_t current_call_ = -1;  // the user call running (or last run): errors name it
   PlanChoice last_choice_;     // the last call's choice and its description (records)

@@ -94,6 +94,35 @@ class ArrivalBoard {
   }
 };
 
+// The one-shot all_reduce of small calls (Executor::run_oneshot): every rank puts its input in a
+// buffer all ranks read directly (shared memory), then each reduces all n inputs itself, in rank
+// order. One synchronisation per call instead of log2(n) rounds of messages. A rank's calls are
+// numbered 0, 1, 2, ... (the `index`); call #index uses buffer index % 2, so a rank may rewrite
+// it for #index + 2 only after every peer has read it: it has, since the rank finished
+// #index + 1, which needed every peer's input for #index + 1, published after its reads of #index.
+struct OneshotHeader {
+  uint64_t seq = 0;    // the collective's wire sequence number
+  uint64_t numel = 0;  // elements of the input
+  uint8_t dtype = 0;   // stragg::DType
+  uint8_t op = 0;      // stragg::ReduceOp
+  uint8_t reserved[6] = {0, 0, 0, 0, 0, 0};
+};
+
+class OneshotArea {
+ public:
+  virtual ~OneshotArea() = default;
+  // Bytes one rank's input may have.
+  virtual size_t capacity() const = 0;
+  // This rank's buffer for call #index (capacity() bytes).
+  virtual void* own_buffer(uint64_t index) = 0;
+  // Makes this rank's input for #index visible to every peer (release) and wakes them.
+  virtual void publish(uint64_t index, const OneshotHeader& header) = 0;
+  // The header `peer` published for #index (acquire: its buffer is readable then), or nullptr
+  // while it has not published it.
+  virtual const OneshotHeader* published(int peer, uint64_t index) = 0;
+  virtual const void* peer_buffer(int peer, uint64_t index) = 0;
+};
+
 // Where a rank is, as it publishes it for its peers (Transport::publish_progress). A rank that
 // times out reads every peer's Progress to find the rank or link that stopped the group, instead
 // of naming whichever peer it happened to wait for.
@@ -166,6 +195,9 @@ class Transport {
 
   // Arrival board for dynamic straggler agreement, or nullptr if this transport has none.
   virtual ArrivalBoard* arrival_board() { return nullptr; }
+  // Buffers for the one-shot all_reduce, or nullptr if this transport has none (every rank
+  // must then be reachable through memory: shm).
+  virtual OneshotArea* oneshot_area() { return nullptr; }
 };
 
 }  // namespace stragg

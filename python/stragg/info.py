@@ -490,6 +490,7 @@ def format_text(info: dict[str, Any]) -> str:
             rows.append(("straggler", _straggler_desc(eff["straggler"])))
             rows.append(("profiler", "on" if eff["profile"] == "1" else "off"))
             rows.append(("shm staging", f"{eff['shm_slots']} x {eff['shm_slot_bytes']} per peer"))
+            rows.append(("one-shot", f"all_reduce up to {eff['oneshot_bytes']} (one host)"))
         out += _section("Settings", rows)
     return "\n".join(out)
 

@@ -43,14 +43,18 @@ Progress read_progress(const ProgressBlock& b, int size) {
   return p;
 }
 
-Layout::Layout(size_t slot_bytes_, size_t num_slots_, int size)
+Layout::Layout(size_t slot_bytes_, size_t num_slots_, int size, size_t oneshot_bytes_)
     : slot_bytes(slot_bytes_),
       num_slots(num_slots_),
       slot_stride(kSlotHeaderBytes + slot_bytes_),
       channel_stride(transport::round_up(kChannelHeaderBytes + num_slots_ * slot_stride, kPage)),
       board_offset(kControlBytes),
-      control_bytes(kControlBytes + SharedArrivalBoard::bytes(size)),
-      segment_bytes(control_bytes + static_cast<size_t>(size) * channel_stride) {}
+      oneshot_offset(transport::round_up(kControlBytes + SharedArrivalBoard::bytes(size), kPage)),
+      oneshot_bytes(oneshot_bytes_),
+      control_bytes(oneshot_offset + (oneshot_bytes_ > 0 ? kPage + 2 * oneshot_bytes_ : 0)),
+      segment_bytes(control_bytes + static_cast<size_t>(size) * channel_stride) {
+  static_assert(sizeof(OneshotBlock) <= kPage, "one-shot block too large");
+}
 
 void Layout::initialize(uint8_t* base, uint64_t nonce, int pid, int rank, int size) const {
   auto* cb = new (base) ControlBlock();
@@ -69,6 +73,10 @@ void Layout::initialize(uint8_t* base, uint64_t nonce, int pid, int rank, int si
   cb->abort_by.store(0);
   cb->own_abort_ready.store(0);
   SharedArrivalBoard::initialize(base + board_offset, size);
+  if (oneshot_bytes > 0) {
+    auto* ob = new (base + oneshot_offset) OneshotBlock();
+    ob->published.store(0);
+  }
   for (int p = 0; p < size; ++p) {
     auto* ch = new (base + channel_offset(p)) ChannelHeader();
     ch->head.store(0);

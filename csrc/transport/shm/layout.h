@@ -1,5 +1,6 @@
 // Layout of a rank's shared-memory segment; every rank's segment is laid out alike:
-//   control block (2 pages) | arrival board (used in rank 0's segment only) | a channel per peer
+//   control block (2 pages) | arrival board (used in rank 0's segment only) |
+//   one-shot block (a page, then two buffers; absent when the one-shot size is 0) | a channel per peer
 // The control block holds the rank's doorbell (doorbell.h), published progress, abort flag and
 // message, and pid. A channel is the ring through which the segment's owner sends to one peer
 // (channel.h): a header page with the head and tail counters, then num_slots slots, each a
@@ -49,6 +50,14 @@ struct ControlBlock {
 };
 static_assert(sizeof(ControlBlock) <= kControlBytes, "control block too large");
 
+// The owner's inputs of the one-shot all_reduce (OneshotArea in transport.h): `published` is the
+// number of one-shot calls whose input the owner has put in place (release); call #i's header
+// and input are in slot i % 2.
+struct OneshotBlock {
+  alignas(64) std::atomic<uint64_t> published;
+  alignas(64) OneshotHeader header[2];
+};
+
 struct ChannelHeader {
   alignas(64) std::atomic<uint64_t> head;  // slots published by the sender
   alignas(64) std::atomic<uint64_t> tail;  // slots consumed by the receiver
@@ -69,20 +78,29 @@ Progress read_progress(const ProgressBlock& block, int size);
 // Offsets and sizes of the segments of a group of `size` ranks. `slot_bytes` is a multiple of
 // kPage and `num_slots` at least 1 (ShmTransport rounds the options so).
 struct Layout {
-  Layout(size_t slot_bytes, size_t num_slots, int size);
+  // `oneshot_bytes`: capacity of each one-shot buffer (a multiple of kPage; 0: no one-shot block).
+  Layout(size_t slot_bytes, size_t num_slots, int size, size_t oneshot_bytes);
 
   size_t slot_bytes;
   size_t num_slots;
   size_t slot_stride;     // SlotHeader + payload
   size_t channel_stride;  // channel header + slots, whole pages
   size_t board_offset;    // of the arrival board
-  size_t control_bytes;   // control block + arrival board; the channels follow
+  size_t oneshot_offset;  // of the one-shot block
+  size_t oneshot_bytes;   // capacity of each of its two buffers (0: no block)
+  size_t control_bytes;   // control block + arrival board + one-shot block; the channels follow
   size_t segment_bytes;
 
   size_t channel_offset(int peer) const {
     return control_bytes + static_cast<size_t>(peer) * channel_stride;
   }
   ControlBlock* control(uint8_t* base) const { return reinterpret_cast<ControlBlock*>(base); }
+  OneshotBlock* oneshot(uint8_t* base) const {
+    return reinterpret_cast<OneshotBlock*>(base + oneshot_offset);
+  }
+  uint8_t* oneshot_buffer(uint8_t* base, uint64_t index) const {
+    return base + oneshot_offset + kPage + (index % 2) * oneshot_bytes;
+  }
   // The channel in `base`'s segment through which its owner sends to `peer`.
   ChannelHeader* channel(uint8_t* base, int peer) const {
     return reinterpret_cast<ChannelHeader*>(base + channel_offset(peer));
@@ -95,7 +113,7 @@ struct Layout {
     return reinterpret_cast<uint8_t*>(s) + kSlotHeaderBytes;
   }
 
-  // Constructs the control block, the arrival board and the channel headers of a fresh segment
+  // Constructs the control block, the arrival board, the one-shot block and the channel headers of a fresh segment
   // of `rank` (the slots need no initialization).
   void initialize(uint8_t* base, uint64_t nonce, int pid, int rank, int size) const;
 };

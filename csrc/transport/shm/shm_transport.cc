@@ -14,6 +14,7 @@
 #include "transport/shm/channel.h"
 #include "transport/shm/doorbell.h"
 #include "transport/shm/layout.h"
+#include "transport/shm/oneshot_area.h"
 #include "transport/shm/segment.h"
 
 namespace stragg {
@@ -22,23 +23,26 @@ namespace {
 using transport::errno_text;
 using transport::rank_prefix;
 
-// What a rank publishes at setup: "name|pid|pid namespace|slot_bytes|num_slots|nonce".
+// What a rank publishes at setup:
+// "name|pid|pid namespace|slot_bytes|num_slots|oneshot_bytes|nonce".
 struct SetupRecord {
   std::string name;
   int pid = -1;
   std::string pid_namespace;
   size_t slot_bytes = 0;
   size_t num_slots = 0;
+  size_t oneshot_bytes = 0;
   std::string nonce;
 };
 
 SetupRecord parse_record(int rank, int peer, const std::string& value) {
   const auto f = transport::split(value, '|');
-  if (f.size() != 6) {
+  if (f.size() != 7) {
     throw Error(rank_prefix(rank) + "bad shm setup record from rank " + std::to_string(peer) +
                 ": '" + value + "'");
   }
-  return SetupRecord{f[0], std::stoi(f[1]), f[2], std::stoull(f[3]), std::stoull(f[4]), f[5]};
+  return SetupRecord{f[0],           std::stoi(f[1]),  f[2], std::stoull(f[3]),
+                     std::stoull(f[4]), std::stoull(f[5]), f[6]};
 }
 
 }  // namespace
@@ -52,7 +56,9 @@ ShmTransport::ShmTransport(Rendezvous& rdv, const std::string& key_prefix, int r
   options_.slot_bytes =
       transport::round_up(std::max<size_t>(options_.slot_bytes, shm::kPage), shm::kPage);
   options_.num_slots = std::max<size_t>(options_.num_slots, 1);
-  layout_ = std::make_unique<shm::Layout>(options_.slot_bytes, options_.num_slots, size_);
+  options_.oneshot_bytes = transport::round_up(options_.oneshot_bytes, shm::kPage);
+  layout_ = std::make_unique<shm::Layout>(options_.slot_bytes, options_.num_slots, size_,
+                                          options_.oneshot_bytes);
   segments_.resize(size_);
   peer_pids_.assign(size_, -1);
   pid_checkable_.assign(size_, false);
@@ -67,6 +73,15 @@ ShmTransport::ShmTransport(Rendezvous& rdv, const std::string& key_prefix, int r
   map_peer_segments(rdv, key_prefix, name.str(), nonce);
   board_ = std::make_unique<shm::SharedArrivalBoard>(
       segments_[0]->base() + layout_->board_offset, rank_, size_, [this] { ring_all_doorbells(); });
+  if (options_.oneshot_bytes > 0) {
+    std::vector<uint8_t*> bases;
+    for (const auto& seg : segments_) bases.push_back(seg->base());
+    oneshot_ = std::make_unique<shm::ShmOneshotArea>(*layout_, std::move(bases), rank_, [this] {
+      for (int r = 0; r < size_; ++r) {
+        if (r != rank_) ring_doorbell(r);
+      }
+    });
+  }
   exchange_all(rdv, key_prefix + "/shm_mapped", rank_, size_, "1", options_.setup_timeout,
                "shm transport setup");
   segments_[rank_]->unlink();
@@ -94,7 +109,7 @@ void ShmTransport::map_peer_segments(Rendezvous& rdv, const std::string& key_pre
                                      const std::string& own_name, uint64_t nonce) {
   std::ostringstream info;
   info << own_name << "|" << getpid() << "|" << pid_namespace_id() << "|" << options_.slot_bytes
-       << "|" << options_.num_slots << "|" << nonce;
+       << "|" << options_.num_slots << "|" << options_.oneshot_bytes << "|" << nonce;
   const auto infos = exchange_all(rdv, key_prefix + "/shm", rank_, size_, info.str(),
                                   options_.setup_timeout, "shm transport setup");
   const std::string my_pidns = std::to_string(pid_namespace_id());
@@ -106,6 +121,11 @@ void ShmTransport::map_peer_segments(Rendezvous& rdv, const std::string& key_pre
                   std::to_string(r.num_slots) + " vs " + std::to_string(options_.slot_bytes) + "x" +
                   std::to_string(options_.num_slots) +
                   " (set STRAGG_SHM_SLOT_BYTES / STRAGG_SHM_SLOTS alike on every rank)");
+    }
+    if (r.oneshot_bytes != options_.oneshot_bytes) {
+      throw Error(rank_prefix(rank_) + "STRAGG_ONESHOT_BYTES mismatch with rank " +
+                  std::to_string(p) + ": " + std::to_string(r.oneshot_bytes) + " vs " +
+                  std::to_string(options_.oneshot_bytes) + " (set it alike on every rank)");
     }
     peer_pids_[p] = r.pid;
     pid_checkable_[p] = (p != rank_) && r.pid_namespace == my_pidns;

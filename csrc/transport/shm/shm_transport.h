@@ -5,7 +5,7 @@
 // which messages stream in pieces (channel.h), so staging memory per peer is bounded whatever the
 // tensor size and a piece crosses memory once. Waiting sleeps on the rank's doorbell
 // (doorbell.h); the arrival board for straggler agreement lives in rank 0's segment
-// (arrival_board.h). Every rank maps every peer's segment, then the names are unlinked, so
+// (arrival_board.h), each rank's inputs of the one-shot all_reduce in its own (oneshot_area.h). Every rank maps every peer's segment, then the names are unlinked, so
 // nothing is left in /dev/shm even if a process is killed later.
 #pragma once
 
@@ -33,6 +33,7 @@ struct ShmOptions {
   size_t num_slots = 4;            // slots per directed channel
   int spin_us = 5;                 // busy-poll before yielding
   int yield_us = 50;               // sched_yield polling before sleeping on the futex
+  size_t oneshot_bytes = 0;        // capacity of the one-shot buffers (rounded up to 4 KiB; 0: none)
   std::chrono::milliseconds setup_timeout{std::chrono::minutes(5)};
 };
 
@@ -66,6 +67,7 @@ class ShmTransport final : public GroupTransport {
   void publish_progress(const Progress& progress) override;
   PeerStatus peer_status(int peer) override;
   ArrivalBoard* arrival_board() override { return board_.get(); }
+  OneshotArea* oneshot_area() override { return oneshot_.get(); }
 
   // For transports composed of this one (transport/mixed), from any thread: ring this rank's
   // own doorbell (wakes its waiters), and wait for it like wait_for_activity() but sleeping at
@@ -94,6 +96,7 @@ class ShmTransport final : public GroupTransport {
   std::vector<bool> pid_checkable_;
   std::vector<bool> channel_backed_;
   std::unique_ptr<ArrivalBoard> board_;  // lives in rank 0's segment
+  std::unique_ptr<OneshotArea> oneshot_;  // nullptr when options_.oneshot_bytes is 0
 };
 
 }  // namespace stragg
