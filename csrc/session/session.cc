@@ -313,6 +313,7 @@ void Session::run_on_executor(AllreduceCall& call, CallRecord& record) {
       throw;
     }
     record.run_s = seconds_since(run_start);
+    record.agreement_s = executor_->stats().agreement_s - before.agreement_s;
     record.wait_s = executor_->stats().wait_s - before.wait_s;
     return;
   }

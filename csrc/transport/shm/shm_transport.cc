@@ -124,8 +124,9 @@ void ShmTransport::map_peer_segments(Rendezvous& rdv, const std::string& key_pre
     }
     if (r.oneshot_bytes != options_.oneshot_bytes) {
       throw Error(rank_prefix(rank_) + "STRAGG_ONESHOT_BYTES mismatch with rank " +
-                  std::to_string(p) + ": " + std::to_string(r.oneshot_bytes) + " vs " +
-                  std::to_string(options_.oneshot_bytes) + " (set it alike on every rank)");
+                  std::to_string(p) + ": " + std::to_string(r.oneshot_bytes) + " bytes (rank " +
+                  std::to_string(p) + ") vs " + std::to_string(options_.oneshot_bytes) +
+                  " bytes (rank " + std::to_string(rank_) + "); set it alike on every rank");
     }
     peer_pids_[p] = r.pid;
     pid_checkable_[p] = (p != rank_) && r.pid_namespace == my_pidns;
