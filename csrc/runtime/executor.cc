@@ -18,15 +18,7 @@ using Clock = std::chrono::steady_clock;
 void Executor::run(const RankPlan& plan, const CollectiveSpec& spec, void* buf,
                    std::chrono::milliseconds timeout) {
   const auto start = Clock::now();
-  if (running_) {
-    throw Error(collective_prefix(transport_.rank(), spec) +
-                ": Executor::run called while another run of this executor is in progress");
-  }
-  struct Running {  // cleared however run() returns
-    bool& flag;
-    explicit Running(bool& f) : flag(f) { flag = true; }
-    ~Running() { flag = false; }
-  } running(running_);
+  const RunGuard running(*this, spec, "Executor::run");
   check_not_aborted(transport_, spec);
   publish(spec, Progress::kStarting, {});
   Stall stall(transport_, spec, start, timeout);
@@ -47,10 +39,7 @@ void Executor::run(const RankPlan& plan, const CollectiveSpec& spec, void* buf,
         doing = "in step " + std::to_string(step);
       }
       stall.check(now, awaited_, doing);
-      const auto left = std::chrono::duration_cast<std::chrono::microseconds>(stall.deadline() - now);
-      transport_.wait_for_activity(
-          token, std::min<std::chrono::microseconds>(left, std::chrono::milliseconds(100)));
-      stats_.wait_s += std::chrono::duration<double>(Clock::now() - now).count();
+      wait_for_peers(token, stall, now);
     }
   } catch (const Error& e) {
     transport_.signal_abort(e.what());
@@ -63,6 +52,22 @@ void Executor::run(const RankPlan& plan, const CollectiveSpec& spec, void* buf,
   publish(spec, Progress::kFinished, {});
   stats_.runs += 1;
   stats_.busy_s += std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+Executor::RunGuard::RunGuard(Executor& ex, const CollectiveSpec& spec, const char* what)
+    : flag_(ex.running_) {
+  if (flag_) {
+    throw Error(collective_prefix(ex.transport_.rank(), spec) + ": " + what +
+                " called while another run of this executor is in progress");
+  }
+  flag_ = true;
+}
+
+void Executor::wait_for_peers(uint64_t token, const Stall& stall, Clock::time_point now) {
+  const auto left = std::chrono::duration_cast<std::chrono::microseconds>(stall.deadline() - now);
+  transport_.wait_for_activity(
+      token, std::min<std::chrono::microseconds>(left, std::chrono::milliseconds(100)));
+  stats_.wait_s += std::chrono::duration<double>(Clock::now() - now).count();
 }
 
 void Executor::publish(const CollectiveSpec& spec, int32_t step, const std::vector<int>& awaiting) {

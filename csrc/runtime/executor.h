@@ -76,6 +76,20 @@ class Executor {
  private:
   // Tells the peers where this rank is (Transport::publish_progress).
   void publish(const CollectiveSpec& spec, int32_t step, const std::vector<int>& awaiting);
+  // Sets running_ for one run (throws if a run is in progress) and clears it however it ends.
+  class RunGuard {
+   public:
+    RunGuard(Executor& ex, const CollectiveSpec& spec, const char* what);
+    ~RunGuard() { flag_ = false; }
+    RunGuard(const RunGuard&) = delete;
+    RunGuard& operator=(const RunGuard&) = delete;
+
+   private:
+    bool& flag_;
+  };
+  // Nothing moved since `token` was taken at `now`: waits for the transport's next activity, at
+  // most until the stall's deadline and 100 ms, and counts the time as waiting.
+  void wait_for_peers(uint64_t token, const Stall& stall, std::chrono::steady_clock::time_point now);
 
   Transport& transport_;
   ExecutorStats stats_;

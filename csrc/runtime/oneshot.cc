@@ -62,15 +62,7 @@ void Executor::run_oneshot(const CollectiveSpec& spec, void* buf, uint64_t index
   const auto start = Clock::now();
   const int rank = transport_.rank();
   const int n = transport_.size();
-  if (running_) {
-    throw Error(collective_prefix(rank, spec) +
-                ": Executor::run_oneshot called while another run of this executor is in progress");
-  }
-  struct Running {  // cleared however it returns
-    bool& flag;
-    explicit Running(bool& f) : flag(f) { flag = true; }
-    ~Running() { flag = false; }
-  } running(running_);
+  const RunGuard running(*this, spec, "Executor::run_oneshot");
   OneshotArea* area = transport_.oneshot_area();
   const size_t bytes = spec.numel * dtype_size(spec.dtype);
   if (area == nullptr || bytes > area->capacity()) {
@@ -135,11 +127,7 @@ void Executor::run_oneshot(const CollectiveSpec& spec, void* buf, uint64_t index
           }
         }
       }
-      const auto left =
-          std::chrono::duration_cast<std::chrono::microseconds>(stall.deadline() - now);
-      transport_.wait_for_activity(
-          token, std::min<std::chrono::microseconds>(left, std::chrono::milliseconds(100)));
-      stats_.wait_s += std::chrono::duration<double>(Clock::now() - now).count();
+      wait_for_peers(token, stall, now);
     }
   } catch (const Error& e) {
     transport_.signal_abort(e.what());
