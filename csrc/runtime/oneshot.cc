@@ -7,6 +7,7 @@
 
 #include "runtime/error.h"
 #include "runtime/executor.h"
+#include "runtime/mismatch.h"
 #include "runtime/reduce.h"
 
 namespace stragg {
@@ -31,28 +32,9 @@ void check_header(int rank, int peer, const CollectiveSpec& spec, const OneshotH
       << h.seq << " (the ranks issued a different number of all_reduce calls on this group)";
     throw Error(m.str());
   }
-  // Lower rank first, so both sides describe a mismatch the same way.
-  const bool peer_first = peer < rank;
-  std::vector<std::string> diffs;
-  auto field = [&](const char* name, const std::string& theirs, const std::string& ours) {
-    if (theirs == ours) return;
-    diffs.push_back(std::string(name) + " " + (peer_first ? theirs : ours) + " (rank " +
-                    std::to_string(peer_first ? peer : rank) + ") vs " +
-                    (peer_first ? ours : theirs) + " (rank " +
-                    std::to_string(peer_first ? rank : peer) + ")");
-  };
-  field("dtype",
-        h.dtype <= static_cast<uint8_t>(DType::Bool) ? dtype_name(static_cast<DType>(h.dtype))
-                                                      : "?",
-        dtype_name(spec.dtype));
-  field("numel", std::to_string(h.numel), std::to_string(spec.numel));
-  field("op",
-        h.op <= static_cast<uint8_t>(ReduceOp::BXor) ? reduce_op_name(static_cast<ReduceOp>(h.op))
-                                                      : "?",
-        reduce_op_name(spec.op));
-  m << ": mismatch with rank " << peer << ": ";
-  for (size_t i = 0; i < diffs.size(); ++i) m << (i ? "; " : "") << diffs[i];
-  throw Error(m.str());
+  MismatchText diffs(rank, peer);
+  diffs.call_fields(h.dtype, h.numel, h.op, spec);
+  throw Error(diffs.message(spec));
 }
 
 }  // namespace

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "runtime/error.h"
+#include "runtime/mismatch.h"
 #include "runtime/reduce.h"
 #include "runtime/streaming_copy.h"
 
@@ -46,17 +47,6 @@ void StepSink::on_header(const MessageHeader& h) {
       h.sender == static_cast<uint32_t>(peer)) {
     return;
   }
-  std::vector<std::string> diffs;
-  auto field = [&](const char* name, const std::string& theirs, const std::string& ours) {
-    if (theirs == ours) return;
-    // Lower rank first, so both sides of a mismatch describe it the same way.
-    const bool peer_first = peer < rank_;
-    const std::string& a = peer_first ? theirs : ours;
-    const std::string& b = peer_first ? ours : theirs;
-    diffs.push_back(std::string(name) + " " + a + " (rank " +
-                    std::to_string(peer_first ? peer : rank_) + ") vs " + b + " (rank " +
-                    std::to_string(peer_first ? rank_ : peer) + ")");
-  };
   if (h.coll_seq != spec_.seq) {
     std::ostringstream m;
     m << collective_prefix(rank_, spec_) << ": sequence mismatch with rank " << peer << ": it sent data for "
@@ -64,26 +54,15 @@ void StepSink::on_header(const MessageHeader& h) {
       << " (the ranks issued a different number of all_reduce calls on this group)";
     throw Error(m.str());
   }
-  const DType their_dtype = static_cast<DType>(h.dtype);
-  field("dtype", h.dtype <= static_cast<uint8_t>(DType::Bool) ? dtype_name(their_dtype) : "?",
-        dtype_name(spec_.dtype));
-  field("numel", std::to_string(h.numel), std::to_string(spec_.numel));
-  field("op", h.op <= static_cast<uint8_t>(ReduceOp::BXor)
-                  ? reduce_op_name(static_cast<ReduceOp>(h.op))
-                  : "?",
-        reduce_op_name(spec_.op));
+  MismatchText diffs(rank_, peer);
+  diffs.call_fields(h.dtype, h.numel, h.op, spec_);
   if (diffs.empty()) {
-    field("algorithm", plan_tag_name(h.algo), plan_tag_name(tag_));
-    field("step", std::to_string(h.step), std::to_string(step_));
-    field("message bytes", std::to_string(h.payload_bytes), std::to_string(op_.count * elem));
-    field("sender", std::to_string(h.sender), std::to_string(peer));
+    diffs.field("algorithm", plan_tag_name(h.algo), plan_tag_name(tag_));
+    diffs.field("step", std::to_string(h.step), std::to_string(step_));
+    diffs.field("message bytes", std::to_string(h.payload_bytes), std::to_string(op_.count * elem));
+    diffs.field("sender", std::to_string(h.sender), std::to_string(peer));
   }
-  if (!diffs.empty()) {
-    std::ostringstream m;
-    m << collective_prefix(rank_, spec_) << ": mismatch with rank " << peer << ": ";
-    for (size_t i = 0; i < diffs.size(); ++i) m << (i ? "; " : "") << diffs[i];
-    throw Error(m.str());
-  }
+  if (!diffs.empty()) throw Error(diffs.message(spec_));
 }
 
 void StepSink::on_data(size_t offset, const void* data, size_t len) {

@@ -301,35 +301,30 @@ void Session::run_on_executor(AllreduceCall& call, CallRecord& record) {
                        : planner_->profiled() ? profiler_->straggler_delay_s()
                                               : 0.0;
   const PlanChoice choice = planner_->choose(call.numel * elem, straggler, delay);
-  if (oneshot_fits(choice, call.numel * elem)) {
+  const bool oneshot = oneshot_fits(choice, call.numel * elem);
+  std::shared_ptr<const RankPlan> plan;
+  if (oneshot) {
     record.algorithm = record.plan = "oneshot";
     record.straggler = -1;
     record.predicted_s = planner_->predict_oneshot(call.numel * elem);
-    const auto run_start = Clock::now();
-    try {
-      executor_->run_oneshot(spec, call.data, oneshot_calls_++, call.timeout);
-    } catch (...) {
-      record.run_s = seconds_since(run_start);
-      throw;
+  } else {
+    record.algorithm = stragg::algorithm_name(choice.algorithm);
+    if (!(choice == last_choice_) || last_plan_.empty()) {  // describe() formats: once per choice
+      last_choice_ = choice;
+      last_plan_ = choice.describe();
     }
-    record.run_s = seconds_since(run_start);
-    record.agreement_s = executor_->stats().agreement_s - before.agreement_s;
-    record.wait_s = executor_->stats().wait_s - before.wait_s;
-    return;
+    record.plan = last_plan_;
+    record.straggler = choice.straggler;
+    record.predicted_s = choice.predicted_s;
+    plan = planner_->plan(opt_.rank, choice, call.numel, elem, transport_->supports_recv_limit());
   }
-  record.algorithm = stragg::algorithm_name(choice.algorithm);
-  if (!(choice == last_choice_) || last_plan_.empty()) {  // describe() formats: once per choice
-    last_choice_ = choice;
-    last_plan_ = choice.describe();
-  }
-  record.plan = last_plan_;
-  record.straggler = choice.straggler;
-  record.predicted_s = choice.predicted_s;
-  const auto plan = planner_->plan(opt_.rank, choice, call.numel, elem,
-                                   transport_->supports_recv_limit());
   const auto run_start = Clock::now();
   try {
-    executor_->run(*plan, spec, call.data, call.timeout);
+    if (oneshot) {
+      executor_->run_oneshot(spec, call.data, oneshot_calls_++, call.timeout);
+    } else {
+      executor_->run(*plan, spec, call.data, call.timeout);
+    }
   } catch (...) {
     record.run_s = seconds_since(run_start);
     throw;
