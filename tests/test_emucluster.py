@@ -294,6 +294,16 @@ def test_job_environment(cluster: Any) -> None:
         }
 
 
+def test_hosts_run_reno_unless_told_otherwise(emu: Any, cluster: Any) -> None:
+    for h in range(3):
+        done = cluster.exec(h, ["cat", "/proc/sys/net/ipv4/tcp_congestion_control"])
+        assert done.stdout.strip() == "reno", done
+    assert {h["congestion"] for h in cluster.status()["hosts"]} == {"reno"}
+    with pytest.raises(emu.EmuClusterError, match="cannot set TCP congestion control 'nosuchcc'"):
+        with emu.EmuCluster(hosts=1, rate="100mbit", name=_emu.new_name(), congestion="nosuchcc"):
+            pass
+
+
 def test_hosts_resolve_each_other_by_name(cluster: Any) -> None:
     done = cluster.exec(1, ["getent", "hosts", "h2"])
     assert done.returncode == 0 and done.stdout.split()[0] == "10.77.0.3", done

@@ -8,6 +8,10 @@
 namespace stragg {
 namespace {
 
+// Steps a pipelined plan asks the executor to keep in flight at most (RankPlan::min_lookahead):
+// every posted step costs a little on each progress pass.
+constexpr size_t kMaxPipelineLookahead = 64;
+
 bool overlaps(int a, int a_count, int b, int b_count) { return a < b + b_count && b < a + a_count; }
 
 // Chunk runs a rank touches in one round.
@@ -69,11 +73,43 @@ bool schedule_needs_staging(const core::Schedule& s, bool ordered_recvs) {
 
 namespace {
 
+// True if no rank's round has a receive overlapping another op, except a receive that follows a
+// send of exactly its range (StragglAR's exchanges with the straggler) where `ordered_recvs`.
+// Pipeline parts split both alike, so part g of the receive overlaps only part g of the send, in
+// the same plan step; every other overlap would cross parts of different steps.
+bool schedule_pipelines(const core::Schedule& s, bool ordered_recvs) {
+  for (int rank = 0; rank < s.n; ++rank) {
+    const auto program = s.rank_program(rank);
+    for (const auto& [round, ops] : rounds_of(program)) {
+      for (const core::RankOp* op : ops.ops) {
+        if (!op->has_recv) continue;
+        int send_index = -1;
+        switch (classify(*op, ops, ordered_recvs, &send_index)) {
+          case Overlap::kNone:
+            break;
+          case Overlap::kStage:
+            return false;
+          case Overlap::kFollowsSend:
+            for (const core::RankOp* o : ops.ops) {
+              if (o->has_send && overlaps(op->recv_chunk, op->recv_count, o->send_chunk,
+                                          o->send_count) &&
+                  (o->send_chunk != op->recv_chunk || o->send_count != op->recv_count)) {
+                return false;
+              }
+            }
+            break;
+        }
+      }
+    }
+  }
+  return true;
+}
+
 // How one rank's plan cuts the buffer. Staging segments split the buffer (each segment is lowered
 // like a whole buffer). Pipeline parts split every op's range instead (part g carries part g of
 // each run), so every element keeps its chunk and is reduced by the same ops in the same order as
-// unsplit: the result is bitwise the same. Pipelining is only for schedules in which no receive
-// overlaps another op of its round on any rank (parts of different runs then never overlap).
+// unsplit: the result is bitwise the same. Pipelining is only for schedules in which parts of
+// different steps never overlap within a round (schedule_pipelines).
 class Segmentation {
  public:
   Segmentation(const core::Schedule& s, size_t numel, size_t elem_size, size_t max_staging_bytes,
@@ -91,7 +127,7 @@ class Segmentation {
       }
     } else if (pipeline_bytes > 0 &&
                largest_chunk_bytes > 1.5 * static_cast<double>(pipeline_bytes) &&
-               !schedule_needs_staging(s, false)) {
+               schedule_pipelines(s, ordered_recvs)) {
       parts_ = static_cast<size_t>(largest_chunk_bytes / static_cast<double>(pipeline_bytes) + 0.5);
       if (parts_ > 1) segments_ = parts_;
     }
@@ -207,6 +243,11 @@ RankPlan lower_schedule(const core::Schedule& s, int rank, size_t numel, size_t 
   for (const auto& st : s.steps) round_pre[st.round] = round_pre[st.round] && st.pre_arrival;
 
   const Segmentation seg(s, numel, elem_size, max_staging_bytes, ordered_recvs, pipeline_bytes);
+  if (seg.pipelined()) {
+    // Two rounds' parts in flight: a rank forwards round r+1's parts while round r's last ones
+    // still arrive, and runs a later round's transfers to one peer while another peer lags.
+    plan.min_lookahead = std::min<size_t>(2 * seg.segments(), kMaxPipelineLookahead);
+  }
   for (const auto& [g, round] : execution_order(rounds, round_pre, seg)) {
     PlanStep step = lower_round(rounds.at(round), g, seg, ordered_recvs);
     step.id = static_cast<uint32_t>(g * static_cast<size_t>(num_rounds) + round);

@@ -21,7 +21,8 @@ bool schedule_needs_staging(const core::Schedule& s, bool ordered_recvs);
 // as much as they can before the straggler arrives), then the remaining steps, segment by
 // segment. The result is identical on every rank except for the rank's own ops.
 //
-// `pipeline_bytes` > 0 (a schedule that needs no staging): chunks larger than that are split
+// `pipeline_bytes` > 0 (a schedule that needs no staging, where receives overlap at most a send
+// of exactly their range): chunks larger than that are split
 // into segments of about that size, issued round by round (round r of every segment, then round
 // r+1), so that a rank forwards a segment as soon as it has it instead of a whole chunk (a
 // pipelined Ring: on a network the forward no longer waits for the chunk's last byte).

@@ -309,9 +309,10 @@ const std::vector<Row>& rows() {
        },
        [](const Settings& s) { return format_size(s.tcp_staging_bytes); }},
       {{"tcp_pipeline_bytes", "STRAGG_TCP_PIPELINE_BYTES", "size", "64KiB", "a size (0: off)",
-        "when a group reaches peers over TCP, schedules that need no staging (Ring, RHD, ...) "
-        "forward chunks larger than this in segments of about this size, so a rank passes data "
-        "on while the rest of its chunk is still arriving (shared memory does not split)",
+        "when a group reaches peers over TCP, schedules that need no staging (Ring, RHD, "
+        "StragglAR, OptCC, ...) forward chunks larger than this in segments of about this size, "
+        "so a rank passes data on while the rest of its chunk is still arriving (shared memory "
+        "does not split)",
         true},
        [](Settings& s, const SettingValue& v, const std::string& a) {
          s.tcp_pipeline_bytes = size_of(v, 0, a);

@@ -49,6 +49,10 @@ struct PlanStep {
 
 struct RankPlan {
   uint8_t tag = plan_tag(Algorithm::Ring);
+  // Steps the executor should keep in flight at least (0: its default). Pipelined plans cut
+  // every round into many small steps; a window of a round or two lets a rank run the next
+  // round's independent transfers while a partner is still behind in this one.
+  size_t min_lookahead = 0;
   std::vector<PlanStep> steps;
 };
 

@@ -17,6 +17,7 @@ bool overlap(const PlanOp& a, const PlanOp& b) {
 StepWindow::StepWindow(Transport& transport, size_t lookahead, ExecutorStats& stats)
     : t_(transport),
       lookahead_(std::max<size_t>(1, lookahead)),
+      run_lookahead_(lookahead_),
       limits_(transport.supports_recv_limit()),
       stats_(stats),
       slots_(lookahead_) {}
@@ -28,6 +29,8 @@ void StepWindow::start(const RankPlan& plan, const CollectiveSpec& spec, uint8_t
   elem_ = dtype_size(spec.dtype);
   stream_copies_ = streaming_bytes_ > 0 && spec.numel * elem_ >= streaming_bytes_;
   for (size_t i = 0; i < posted_; ++i) slot(i).sinks.clear();  // a failed run's staging memory
+  run_lookahead_ = std::max(lookahead_, plan.min_lookahead);
+  if (slots_.size() < run_lookahead_) slots_.resize(run_lookahead_);  // kept for later runs
   head_ = 0;
   posted_ = 0;
   retired_ = 0;
@@ -182,7 +185,7 @@ bool StepWindow::progress_step(Active& a) {
 
 bool StepWindow::progress() {
   bool moved = false;
-  while (posted_ < lookahead_ && retired_ + posted_ < plan_->steps.size()) {
+  while (posted_ < run_lookahead_ && retired_ + posted_ < plan_->steps.size()) {
     post(retired_ + posted_);
     moved = true;
   }

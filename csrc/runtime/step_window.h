@@ -84,6 +84,8 @@ class StepWindow {
     bool complete = false;  // every op done, staged receives applied
   };
 
+  // Steps kept posted in this run: the window's, or more where the plan asks (RankPlan).
+  size_t run_lookahead() const { return run_lookahead_; }
   void post(size_t step_index);
   void add_deps(Active& a);
   bool dep_satisfied(const Dep& d) const;
@@ -97,6 +99,7 @@ class StepWindow {
 
   Transport& t_;
   const size_t lookahead_;
+  size_t run_lookahead_;
   const bool limits_;
   ExecutorStats& stats_;
   const RankPlan* plan_ = nullptr;
@@ -105,7 +108,7 @@ class StepWindow {
   size_t elem_ = 0;
   size_t streaming_bytes_ = 0;
   bool stream_copies_ = false;  // this run's
-  std::vector<Active> slots_;  // lookahead_ of them, a ring: step retired_ + i in slot(i)
+  std::vector<Active> slots_;  // run_lookahead_ of them, a ring: step retired_ + i in slot(i)
   size_t head_ = 0;            // slot of step retired_
   size_t posted_ = 0;          // steps [retired_, retired_ + posted_) are posted
   size_t retired_ = 0;

@@ -44,6 +44,8 @@ def _describe(status: dict[str, Any]) -> str:
         extra.append(f"loss {status['loss'] * 100:g}% per packet")
     if extra:
         lines.append("  every packet: " + ", ".join(extra))
+    ccs = sorted({h.get("congestion", "unknown") for h in status["hosts"]})
+    lines.append(f"  TCP congestion control: {', '.join(ccs)}")
     lines.append(f"  MASTER_ADDR={status['master_addr']} MASTER_PORT={status['master_port']}")
     return "\n".join(lines)
 
@@ -64,6 +66,12 @@ def _add_shape_args(p: argparse.ArgumentParser, required: bool) -> None:
     p.add_argument("--loss", help="probability a packet is dropped, e.g. 0.1%%")
     p.add_argument("--subnet", default=net.DEFAULT_SUBNET)
     p.add_argument("--port", type=int, default=DEFAULT_PORT, help="MASTER_PORT / rendezvous port")
+    p.add_argument(
+        "--congestion",
+        default=net.DEFAULT_CONGESTION,
+        help=f"hosts' TCP congestion control (default {net.DEFAULT_CONGESTION}; 'system': the "
+        "machine's default)",
+    )
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -132,6 +140,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
             args.name or f"run{os.getpid()}",
             args.subnet,
             args.port,
+            args.congestion,
         )
     else:
         cluster = EmuCluster.attach(args.name or DEFAULT_NAME)
@@ -163,6 +172,7 @@ def _dispatch(args: argparse.Namespace) -> int:
             args.name,
             args.subnet,
             args.port,
+            args.congestion,
         ).up()
         status = c.status()
         print(json.dumps(status, indent=1) if args.json else _describe(status))

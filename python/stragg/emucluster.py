@@ -13,8 +13,9 @@ link shaped with tc, one command to launch a job on every host the way a real cl
 Topology (see stragg._emunet): namespace emu-NAME-sw holds bridge br0; host i is namespace
 emu-NAME-h<i> with lo and eth0 at address i+1 of 10.77.0.0/24 (--subnet). Addresses, links and
 qdiscs exist only inside these namespaces: the machine's own interfaces, routes and firewall are
-never touched, and the namespaces have no route out. Host i's link runs at R (R / l if degraded)
-in both directions (htb on both ends of its veth); --delay (netem, where the kernel has it) and
+never touched, and the namespaces have no route out. Hosts run TCP congestion control reno
+(--congestion; 'system' keeps the machine's default: see stragg._emunet for why not bbr). Host
+i's link runs at R (R / l if degraded) in both directions (htb on both ends of its veth); --delay (netem, where the kernel has it) and
 --loss (a BPF filter, any kernel) apply once per packet, on the sending host's egress. `cut`
 takes the switch-side end of the host's veth down: the host loses carrier and its peers see
 silence (no RST, no ICMP), as with a pulled cable; `restore` brings it back.
@@ -132,6 +133,7 @@ class EmuCluster:
         name: str = DEFAULT_NAME,
         subnet: str = net.DEFAULT_SUBNET,
         master_port: int = DEFAULT_PORT,
+        congestion: str = net.DEFAULT_CONGESTION,
     ) -> None:
         self.name = net.check_name(name)
         if int(hosts) < 1:
@@ -145,6 +147,7 @@ class EmuCluster:
             raise EmuClusterError("--delay / --loss need a --rate (they hang off its qdisc)")
         self.subnet = subnet
         self.master_port = int(master_port)
+        self.congestion = str(congestion)  # every host's TCP congestion control ('system': as is)
         self._hosts: list[Host] = []
         self._jobs: list[Job] = []
         self._owner = True  # False when attached to a cluster made by an earlier `up`
@@ -171,6 +174,7 @@ class EmuCluster:
             name,
             state["subnet"],
             state["master_port"],
+            state.get("congestion", "system"),
         )
         c._hosts = [Host(**h) for h in state["hosts"]]
         c._owner = False
@@ -181,6 +185,7 @@ class EmuCluster:
         net.remove(self.name)  # leftovers of an earlier cluster of this name
         try:
             self._hosts = net.create(self.name, self.size, self.subnet)
+            net.set_congestion(self._hosts, self.congestion)
             for h in list(self._hosts):
                 self._apply_shape(h.rank, self.factors.get(h.rank, 1.0))
             self._save()
@@ -281,6 +286,7 @@ class EmuCluster:
     def status(self) -> dict[str, Any]:
         state = self._state()
         for h in state["hosts"]:
+            h["congestion"] = net.congestion_of(self.host(h["rank"]))
             h["rate_bit"] = self.rate_of(h["rank"])
             h["link"] = "cut" if self.is_cut(h["rank"]) else "up"
         return state
@@ -295,6 +301,7 @@ class EmuCluster:
             "delay_us": self.delay_us,
             "subnet": self.subnet,
             "master_port": self.master_port,
+            "congestion": self.congestion,
             "switch_netns": net.switch_ns(self.name),
             "master_addr": self.master_addr,
             "hosts": [dict(vars(h)) for h in self.hosts],

@@ -129,7 +129,7 @@ TEST(MixedTransport, RoutesLocalPeersToShmAndRemoteOnesToTcpAndLeaksNothing) {
     EXPECT_EQ(mixed(ts[4]).shm()->rank(), 2);
     EXPECT_EQ(mixed(ts[3]).shm()->rank(), 1);  // ranks 1, 3 on host B
     EXPECT_EQ(t0.tcp().size(), 5);
-    EXPECT_FALSE(t0.supports_recv_limit());  // TCP does not honour RecvOp::limit
+    EXPECT_TRUE(t0.supports_recv_limit());  // shm and TCP both honour RecvOp::limit
     for (auto& t : ts) EXPECT_TRUE(t->dead_peers().empty());
     std::map<std::string, int64_t> stats;
     add_peer_transport_stats(ts[3].get(), stats);

@@ -237,14 +237,48 @@ TEST(Lowering, PipelinedRingForwardsSegmentsRoundByRound) {
             lower_schedule(st, 0, numel, 4, 1 << 20, false, 0).steps.size());
 }
 
+// With receives that follow their send (RecvOp::limit), StragglAR's exchanges with the straggler
+// need no staging, so its chunks are pipelined like Ring's: each part's receive follows the send
+// of the same part, in the same step, and the plan asks for two rounds of parts in flight.
+TEST(Lowering, StragglarWithOrderedReceivesIsPipelined) {
+  auto s = core::build("stragglar", 5, "{\"straggler\": 2}");
+  const size_t numel = 4 * 16 * 1024;  // chunks of 16 Ki floats = 64 KiB: 16 parts of 4 KiB
+  for (int rank = 0; rank < 5; ++rank) {
+    const RankPlan whole = lower_schedule(s, rank, numel, 4, 1 << 20, true, 0);
+    const RankPlan piped = lower_schedule(s, rank, numel, 4, 1 << 20, true, 4096);
+    ASSERT_EQ(piped.steps.size(), 16 * whole.steps.size()) << "rank " << rank;
+    EXPECT_EQ(piped.min_lookahead, 32u);
+    EXPECT_EQ(whole.min_lookahead, 0u);
+    bool seen_post = false;
+    int follows = 0;
+    for (const auto& step : piped.steps) {
+      if (!step.pre_arrival) seen_post = true;
+      EXPECT_FALSE(seen_post && step.pre_arrival) << "pre-arrival step after a post-arrival one";
+      for (const auto& r : step.recvs) {
+        EXPECT_FALSE(r.staged);
+        if (r.follows_send < 0) continue;
+        ++follows;
+        const PlanOp& send = step.sends[r.follows_send];
+        EXPECT_EQ(send.offset, r.offset);  // the same part of the same chunk
+        EXPECT_EQ(send.count, r.count);
+      }
+    }
+    // Every rank but the straggler exchanges once with it; the straggler with each of them.
+    EXPECT_EQ(follows, 16 * (rank == 2 ? 4 : 1)) << "rank " << rank;
+  }
+  // Without ordered receives the exchanges are staged, which rules pipelining out.
+  EXPECT_EQ(lower_schedule(s, 0, numel, 4, 1 << 20, false, 4096).min_lookahead, 0u);
+}
+
 // Pipelining changes which bytes travel together, not how any element is reduced: the result is
 // bitwise the same as the whole-chunk plan's, with random floats and several steps in flight.
 TEST(Lowering, PipelinedPlansAreBitwiseEqualToWholeChunkPlans) {
-  for (const char* algo : {"ring", "rhd"}) {
+  for (const char* algo : {"ring", "rhd", "stragglar"}) {
     const int n = 5;
     const size_t numel = 40009;
     PlannerConfig whole_cfg;
     whole_cfg.algo = *algorithm_from_name(algo);
+    whole_cfg.straggler = Straggler::of_rank(3);
     PlannerConfig piped_cfg = whole_cfg;
     piped_cfg.pipeline_bytes = 4096;
     Planner whole(n, whole_cfg), piped(n, piped_cfg);
@@ -263,7 +297,7 @@ TEST(Lowering, PipelinedPlansAreBitwiseEqualToWholeChunkPlans) {
       std::vector<float> a = buf, b = buf;
       CollectiveSpec spec;
       spec.numel = numel;
-      const PlanChoice choice = whole.choose(numel * sizeof(float), -1);
+      const PlanChoice choice = whole.choose(numel * sizeof(float), 3);
       const auto plan_a = whole.plan(r, choice, numel, sizeof(float), true);
       const auto plan_b = piped.plan(r, choice, numel, sizeof(float), true);
       if (r == 0) steps = {plan_a->steps.size(), plan_b->steps.size()};

@@ -103,15 +103,24 @@ bool DataConnection::progress(RecvOp& op) {
       moved = true;
       continue;
     }
+    bool held = false;  // bytes are here that the limit holds back
     if (op.header_seen) {
       const size_t want = op.expected - op.received;
-      size_t n = std::min(avail, want);
+      const size_t allowed = op.limit > op.received ? op.limit - op.received : 0;
+      size_t n = std::min({avail, want, allowed});
       if (n < want) n -= n % kPieceAlign;  // whole units, except for the message's last piece
       if (n > 0) {
         deliver(op, n);
         moved = true;
         continue;
       }
+      held = allowed < want && avail >= std::min(want, allowed + kPieceAlign);
+    }
+    if (held && rx_end_ - rx_begin_ >= staging_bytes_ - kPieceAlign) {
+      // Staging is full of bytes the limit holds back: only this rank's own send can release
+      // them, so wait for socket space (want_write), not for more input.
+      want_read_ = false;
+      return moved;
     }
     if (!fill_staging()) break;
   }
@@ -126,12 +135,13 @@ bool DataConnection::fill_staging() {
     rx_.reset(static_cast<uint8_t*>(std::aligned_alloc(kPieceAlign, staging_bytes_)));
     if (!rx_) throw Error(transport::rank_prefix(rank_) + "cannot allocate tcp staging memory");
   }
-  // Only a partial head or a partial 64-byte unit is left when we get here: move it to the
-  // (aligned) front.
+  // What is left (a partial head, a partial 64-byte unit, or bytes RecvOp::limit holds back)
+  // moves to the (aligned) front.
   const size_t left = rx_end_ - rx_begin_;
   if (rx_begin_ > 0) std::memmove(rx_.get(), rx_.get() + rx_begin_, left);
   rx_begin_ = 0;
   rx_end_ = left;
+  if (rx_end_ == staging_bytes_) return false;  // full (a recv of 0 bytes would read as EOF)
   const Transfer t = receive_some(fd_.get(), rx_.get() + rx_end_, staging_bytes_ - rx_end_);
   if (t.ended()) ended_ = true;  // EOF, ECONNRESET
   rx_end_ += t.bytes;

@@ -9,7 +9,8 @@
 // soon as the head is complete, then on_data() gets consecutive pieces straight from the staging
 // buffer. Pieces start 64-byte aligned and, except for the last one of a message, are multiples
 // of 64 bytes, so they never split an element. Bytes read past the end of a message (the start
-// of the next one) stay in staging for the next RecvOp. Memory per peer is therefore
+// of the next one) stay in staging for the next RecvOp. RecvOp::limit holds bytes back in staging
+// (then in the socket) until the executor raises it. Memory per peer is therefore
 // staging_bytes plus the kernel socket buffers, whatever the message size. A message rejected by
 // on_header() (or abandoned half-way) leaves the stream unusable; later operations on it throw
 // instead of misreading it.

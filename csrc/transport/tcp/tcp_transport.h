@@ -76,6 +76,9 @@ class TcpTransport final : public GroupTransport {
 
   const char* name() const override { return "tcp"; }
   bool over_network() const override { return true; }
+  // A send copies its bytes into the socket before op.sent counts them, so a receive may land
+  // whatever a send of the same step has counted (RecvOp::limit).
+  bool supports_recv_limit() const override { return true; }
 
   // On op.peer's data connection; finding it ended marks the peer dead.
   bool progress(SendOp& op) override;
