@@ -74,6 +74,30 @@ py::dict profiler_summary_dict(const stragg::Session& session) {
     decisions.append(e);
   }
   d["decisions"] = decisions;
+  py::dict applied;
+  applied["straggler"] = rank_or_none(s.applied_straggler);
+  py::dict degraded;
+  for (const auto& sd : s.applied_degraded) degraded[py::int_(sd.rank)] = sd.factor;
+  applied["degraded"] = degraded;
+  d["applied"] = applied;
+  py::list checks;
+  for (const auto& c : s.plan_checks) {
+    py::dict e;
+    e["call"] = c.call;
+    e["change"] = c.change;
+    e["kept"] = c.kept;
+    e["period_s"] = c.period_s;
+    e["baseline_s"] = c.baseline_s;
+    checks.append(e);
+  }
+  d["plan_checks"] = checks;
+  py::dict probes;
+  probes["campaigns"] = s.probe_campaigns;
+  probes["slices"] = s.probe_slices;
+  probes["seconds"] = s.probe_s;
+  probes["transfer_bytes"] = s.probe_transfer_bytes;
+  d["probes"] = probes;
+  d["exchange_every"] = s.exchange_every;
   std::string source;
   const stragg::LinkModel link = session.link_model(&source);
   py::dict l;

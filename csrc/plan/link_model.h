@@ -8,6 +8,13 @@ namespace stragg {
 inline constexpr double kDefaultAlphaS = 60e-6;
 inline constexpr double kDefaultBandwidthBytesPerS = 3e9;
 
+// A rank whose link is slower by `factor` (measured, or STRAGG_SLOWDOWN=RANK=L,...): OptCC's l.
+struct Slowdown {
+  int rank = -1;
+  double factor = 1.0;
+  bool operator==(const Slowdown& o) const { return rank == o.rank && factor == o.factor; }
+};
+
 struct LinkModel {
   double alpha_s = kDefaultAlphaS;
   double beta_s_per_byte = 1.0 / kDefaultBandwidthBytesPerS;

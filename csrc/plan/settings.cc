@@ -318,6 +318,15 @@ const std::vector<Row>& rows() {
          s.tcp_pipeline_bytes = size_of(v, 0, a);
        },
        [](const Settings& s) { return format_size(s.tcp_pipeline_bytes); }},
+      {{"plan_check", "STRAGG_PLAN_CHECK", "bool", "1", "1/0 (true/false, on/off, yes/no)",
+        "time every move the profiler and the link probes make the planner take (StragglAR for a "
+        "straggler, OptCC for degraded links) against the calls before it, and undo it (for a "
+        "while) when the calls got slower; 0: trust the cost model",
+        true},
+       [](Settings& s, const SettingValue& v, const std::string& a) {
+         s.plan_check = bool_of(v, a);
+       },
+       [](const Settings& s) { return std::string(s.plan_check ? "1" : "0"); }},
       {{"profile", "STRAGG_PROFILE", "bool", "1", "1/0 (true/false, on/off, yes/no)",
         "the straggler profiler (stragg.profiler)", true},
        [](Settings& s, const SettingValue& v, const std::string& a) { s.profile = bool_of(v, a); },

@@ -52,13 +52,6 @@ struct Straggler {
   std::string to_string() const;
 };
 
-// A rank whose link is slower by `factor` (STRAGG_SLOWDOWN=RANK=L,...): OptCC's l.
-struct Slowdown {
-  int rank = -1;
-  double factor = 1.0;
-  bool operator==(const Slowdown& o) const { return rank == o.rank && factor == o.factor; }
-};
-
 enum class DebugLevel : uint8_t { Off = 0, Info, Detail };
 
 // Every field in the unit the user writes (the table's), so values round-trip exactly.
@@ -91,6 +84,7 @@ struct Settings {
   double profile_min_gain_us = 0;
   double profile_noise_us = 100;
   int probe_every = 64;  // link probe every this many profiler exchanges (0: on demand only)
+  bool plan_check = true;  // time the planner's moves and undo those that slow the calls
   DebugLevel debug = DebugLevel::Off;
   std::string cuda_allreduce = "stragg";  // "stragg" (GPU executor) or "nccl" (inner NCCL)
 

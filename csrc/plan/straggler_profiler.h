@@ -47,6 +47,7 @@
 #include <vector>
 
 #include "plan/link_model.h"
+#include "plan/plan_check.h"
 
 namespace stragg {
 
@@ -92,6 +93,15 @@ struct ProfilerSummary {
   std::vector<ProfilerDecision> decisions;  // changes of straggler, in order (most recent kMaxDecisions)
   uint64_t decisions_total = 0;             // all changes ever recorded
   LinkModel link;                           // model used for the latest decision
+  // Filled by the session (session/group_profiler.h), not by StragglerProfiler:
+  int applied_straggler = -1;            // StragglAR runs for it (the plan check may undo one)
+  std::vector<Slowdown> applied_degraded;  // the degraded ranks the planner uses
+  std::vector<PlanCheckRecord> plan_checks;
+  uint64_t probe_campaigns = 0;  // link probes finished
+  uint64_t probe_slices = 0;     // probe slices run between calls
+  double probe_s = 0;            // this rank's time in link probes
+  size_t probe_transfer_bytes = 0;
+  int exchange_every = 0;        // calls per exchange now (grows for very short calls)
 };
 
 // Predicted time saved by StragglAR (assuming straggler s) over Ring for one call of `bytes`

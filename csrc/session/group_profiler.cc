@@ -1,6 +1,7 @@
 #include "session/group_profiler.h"
 
 #include <algorithm>
+#include <cmath>
 #include <iomanip>
 #include <sstream>
 
@@ -10,34 +11,40 @@
 namespace stragg {
 namespace {
 
-// Every directed link is timed with 8 messages of 128 KiB against one of 1 MiB (best of 5).
-// 1 MiB transfers: on the emulated 5-host 300 Mbit/s cluster healthy hosts then read within
-// 1.026 of each other and a host at l = 1.14 at 1.09-1.15 (0.5 MiB transfers: up to 1.055 and
-// 1.05-1.16).
-constexpr int kProbeMessages = 8;
-constexpr size_t kProbeBytes = 128 * 1024;
-constexpr int kProbeRepetitions = 5;
 // A rank is degraded when its links are this much slower than the median rank's (OptCC's l).
 // A false positive costs a confirming probe (below) or, if it survives, little: the planner
-// leaves Ring only for a predicted gain of 5% or more.
+// leaves Ring only for a predicted gain of 5% or more, and the plan check undoes a slower plan.
 constexpr double kDegradedThreshold = 1.05;
 // A newly degraded rank below this factor is confirmed by a second probe first (the links'
-// mean readings of the two decide): on the emulated 8-host cluster one probe read a healthy
-// host at 1.12, and Auto, costing two slow hosts, kept Ring where OptCC was 14% faster.
+// mean readings of the two decide): one probe can read a healthy host 1.12 slow.
 constexpr double kSureFactor = 1.25;
 // Step times drifted when the measured/model ratio moves this far from the one after the last
 // probe; drift re-probes at most once per this many exchanges.
 constexpr double kDriftFactor = 1.5;
 constexpr uint64_t kDriftProbeInterval = 4;
-// A due probe (periodic or for drift) waits until the calls since the last probe took this many
-// times the last probe's duration, so probes cost at most ~2% of the calls' time: a probe takes
-// milliseconds, which 1024 calls of a few KiB do not (they would pay ~20% for it).
-constexpr double kProbeCostRatio = 50.0;
+// Probe budget: shares of the job's time (the batches' wall time) probes may take, until the
+// first campaign has finished and after; at most this share of a call's time per call.
+constexpr double kFirstProbeBudget = 0.05;
+constexpr double kProbeBudget = 0.02;
+constexpr double kSliceShareOfCall = 0.25;
+// A campaign's transfers take about this long at the rate the calls show (64 KiB to 1 MiB).
+constexpr double kProbeTransferS = 0.008;
+constexpr size_t kMinProbeTransfer = 64 * 1024;
+constexpr size_t kMaxProbeTransfer = 1 << 20;
+// Exchanges cost at most this share of the calls' time: K doubles (up to kMaxEvery) after two
+// batches in a row above it, and comes back down once the calls are 8x longer.
+constexpr double kExchangeShare = 0.02;
+constexpr int kMaxEvery = 256;
 
 double median_of(std::vector<double> v) {
+  if (v.empty()) return 0;
   std::sort(v.begin(), v.end());
   const size_t m = v.size() / 2;
   return v.size() % 2 ? v[m] : 0.5 * (v[m - 1] + v[m]);
+}
+
+double seconds(std::chrono::steady_clock::duration d) {
+  return std::chrono::duration<double>(d).count();
 }
 
 std::string degraded_text(const std::vector<Slowdown>& d) {
@@ -58,9 +65,19 @@ GroupProfiler::GroupProfiler(int rank, int n, const Settings& settings, Planner&
       n_(n),
       settings_(settings.profiler_settings()),
       probe_every_(settings.probe_every),
+      plan_check_(settings.plan_check),
       host_of_(std::move(host_of)),
       planner_(planner),
       group_(std::move(group)),
+      // Host mates' links say nothing about the network: groups with some pair every rank.
+      prober_(rank, n,
+              host_of_.size() == static_cast<size_t>(n) &&
+                  [this] {
+                    std::vector<int> h = host_of_;
+                    std::sort(h.begin(), h.end());
+                    return std::adjacent_find(h.begin(), h.end()) != h.end();
+                  }()),
+      every_(settings.profiler_settings().exchange_every),
       link_(settings.link_model()) {
   if (settings_.enabled) profiler_ = std::make_unique<StragglerProfiler>(n, settings_);
 }
@@ -70,24 +87,40 @@ bool GroupProfiler::enabled() const {
   return profiler_ != nullptr;
 }
 
-void GroupProfiler::before_call(Executor& ex, const InternalSpec& spec,
-                                std::chrono::milliseconds timeout) {
-  if (!probe_pending_) return;
-  probe_pending_ = false;
-  probe_links(ex, spec, timeout);
+void GroupProfiler::run_probe_slices(Executor& ex, const InternalSpec& spec,
+                                     std::chrono::milliseconds timeout) {
+  if (slices_allowed_ == 0 || !prober_.active()) return;
+  const size_t count = std::min(slices_per_call_, slices_allowed_);
+  slices_allowed_ -= count;
+  const auto t0 = Clock::now();
+  std::optional<std::vector<LinkModel>> matrix = prober_.run_slices(ex, spec, timeout, count);
+  const double spent = seconds(Clock::now() - t0);
+  batch_probe_s_ += spent;
+  interval_spoiled_ = true;
+  batch_slices_ += count;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    probe_stats_.slices += count;
+    probe_stats_.seconds += spent;
+  }
+  if (matrix) campaign_finished(std::move(*matrix));
 }
 
 void GroupProfiler::after_call(Executor& ex, const InternalSpec& spec, const CallRecord& record,
                                std::chrono::milliseconds timeout) {
   if (!enabled()) return;
   const uint64_t call = calls_++;
+  const auto now = Clock::now();
   if (batch_durations_.empty()) batch_first_call_ = call;
+  if (!interval_spoiled_) batch_intervals_.push_back(seconds(now - last_end_));
+  last_end_ = now;
+  interval_spoiled_ = false;
   batch_durations_.push_back(record.agreement_s + record.run_s);
   batch_bytes_.push_back(record.bytes);
   batch_predicted_.push_back(record.predicted_s);
-  if (static_cast<int>(batch_durations_.size()) < settings_.exchange_every) return;
   try {
-    exchange(ex, spec, timeout);
+    if (static_cast<int>(batch_durations_.size()) >= every_) exchange(ex, spec, timeout);
+    run_probe_slices(ex, spec, timeout);
   } catch (const std::exception& e) {
     log_warning("stragg: rank " + std::to_string(rank_) + ": profiler exchange failed, " +
                 "profiling stops: " + e.what());
@@ -100,57 +133,236 @@ void GroupProfiler::after_call(Executor& ex, const InternalSpec& spec, const Cal
 void GroupProfiler::exchange(Executor& ex, const InternalSpec& spec,
                              std::chrono::milliseconds timeout) {
   const int k = static_cast<int>(batch_durations_.size());
+  const size_t w = static_cast<size_t>(k) + 3;
+  // This rank's time per call in the batch (the median time between the ends of consecutive
+  // calls: the job's compute included, exchanges and probes not), its time in probe slices,
+  // its last exchange's.
+  const double period = batch_intervals_.size() >= 3 ? median_of(batch_intervals_) : -1;
+  batch_intervals_.clear();
   // All-gather through a sum: every rank fills its own row, zeros elsewhere (x + 0 is exact).
-  std::vector<double> all(static_cast<size_t>(n_) * k, 0.0);
-  std::copy(batch_durations_.begin(), batch_durations_.end(), all.begin() + rank_ * k);
+  std::vector<double> all(static_cast<size_t>(n_) * w, 0.0);
+  double* row = all.data() + static_cast<size_t>(rank_) * w;
+  std::copy(batch_durations_.begin(), batch_durations_.end(), row);
+  row[k] = period;
+  row[k + 1] = batch_probe_s_;
+  row[k + 2] = last_exchange_s_;
+  const auto t0 = Clock::now();
   ex.run(*small_allreduce_plan(rank_, n_, all.size()),
          spec("profiler exchange", DType::Float64, all.size()), all.data(), timeout);
-  for (int i = 0; i < k; ++i) {  // the slowest rank's time of each call: the same on every rank
-    double t = 0;
-    for (int r = 0; r < n_; ++r) t = std::max(t, all[static_cast<size_t>(r) * k + i]);
-    calls_since_probe_s_ += t;
+  last_exchange_s_ = seconds(Clock::now() - t0);
+  interval_spoiled_ = true;
+
+  std::vector<double> durations(static_cast<size_t>(n_) * k);
+  std::vector<double> periods;
+  // An exchange's cost is the last rank's time in it: the others also waited for it to arrive.
+  double slice_s = 0, exchange_s = 1e300;
+  for (int r = 0; r < n_; ++r) {
+    const double* rr = all.data() + static_cast<size_t>(r) * w;
+    std::copy(rr, rr + k, durations.begin() + static_cast<ptrdiff_t>(r) * k);
+    if (rr[k] > 0) periods.push_back(rr[k]);
+    slice_s = std::max(slice_s, rr[k + 1]);
+    exchange_s = std::min(exchange_s, rr[k + 2]);
   }
+  const double batch_period = median_of(periods);  // 0: unknown
+  if (batch_slices_ > 0) slice_s_ = std::max(slice_s / static_cast<double>(batch_slices_), 1e-6);
+  batch_probe_s_ = 0;
+  batch_slices_ = 0;
+  // Calls so short that exchanges would cost more than their share: exchange less often.
+  const double batch_time = batch_period * k;
+  if (batch_period > 0 && exchange_s > 0 && exchange_s < 1e300) {
+    const bool costly = batch_time * kExchangeShare < exchange_s;
+    if (costly && costly_exchanges_ && every_ < kMaxEvery) {
+      every_ = std::min(kMaxEvery, every_ * 2);
+    } else if (batch_time * kExchangeShare > 8 * exchange_s && every_ > settings_.exchange_every) {
+      every_ = std::max(settings_.exchange_every, every_ / 2);
+    }
+    costly_exchanges_ = costly;
+  }
+
   const std::vector<int64_t> bytes = std::move(batch_bytes_);
   batch_durations_.clear();
   batch_bytes_.clear();
-  const bool drift = drifted(all, k);
+  const bool drift = drifted(durations, k);
   batch_predicted_.clear();
 
-  std::lock_guard<std::mutex> lock(mu_);
-  // Link probes: after the first exchange, then periodically. They run at the start of the next
-  // call (before_call), not now: now the users' threads are computing (the exchange runs behind
-  // their backs) and would slow the probe's messages; inside a call every rank is waiting.
+  std::unique_lock<std::mutex> lock(mu_);
+  // Link probes: at the first exchange, then periodically and on drift. Their slices run right
+  // after calls (run_probe_slices), when every rank has just finished the same collective: at
+  // the start of a call a late rank would be late for the probe too, and its partners would
+  // time its lateness as their links' latency.
   if (probe_every_ > 0 && profiler_->exchanges() % probe_every_ == 0) probe_due_ = true;
   if (drift && profiler_->exchanges() >= last_drift_probe_ + kDriftProbeInterval) {
     last_drift_probe_ = profiler_->exchanges();
     probe_due_ = true;
   }
-  // Both sides of the comparison were exchanged: every rank decides alike.
-  if (probe_due_ && calls_since_probe_s_ >= kProbeCostRatio * probe_cost_s_) {
-    probe_due_ = false;
-    probe_pending_ = true;
-  }
-  const bool changed = profiler_->add_batch(all, k, bytes, link_, batch_first_call_);
+  const bool changed = profiler_->add_batch(durations, k, bytes, link_, batch_first_call_);
   // Not summary(): it evaluates the cost model for its report, which small calls would pay for.
   recent_delays_ = profiler_->recent_delays(static_cast<size_t>(settings_.window));
-  straggler_.store(profiler_->straggler());
   straggler_delay_s_.store(profiler_->candidate_median_delay_s());
+  probe_stats_.exchange_every = every_;
   if (changed) {
     const ProfilerSummary sum = profiler_->summary();
     log_info("stragg: rank " + std::to_string(rank_) + " of group '" + group_ + "': profiler: " +
              (sum.decisions.empty() ? std::string("straggler changed")
                                     : sum.decisions.back().reason));
   }
+  const int proposed_straggler = profiler_->straggler();
+  const uint64_t exchanges = profiler_->exchanges();
+  lock.unlock();
+
+  schedule_probes(durations, k, bytes, batch_period);
+  if (pending_) {
+    install(*pending_);
+    pending_.reset();
+  }
+  PlanMode proposed;
+  proposed.straggler = proposed_straggler;
+  {
+    std::lock_guard<std::mutex> guard(mu_);
+    proposed.degraded = analysis_.degraded;
+  }
+  PlanMode mode;
+  PlanCheckRecord latest;
+  bool checked = false;
+  {
+    std::lock_guard<std::mutex> guard(mu_);
+    const uint64_t before = check_.total();
+    mode = plan_check_ ? check_.update(proposed, batch_period, exchanges, calls_) : proposed;
+    checked = check_.total() != before;
+    if (checked) latest = check_.records().back();
+  }
+  apply(mode);
+  if (checked) {
+    const PlanCheckRecord& c = latest;
+    std::ostringstream m;
+    m << "stragg: rank " << rank_ << " of group '" << group_ << "': plan check: " << c.change
+      << (c.kept ? " kept" : " undone") << " (" << std::setprecision(4) << c.period_s * 1e3
+      << " ms per call with it, " << c.baseline_s * 1e3 << " ms before)";
+    log_info(m.str());
+  }
 }
 
-bool GroupProfiler::drifted(const std::vector<double>& all, int k) {
+void GroupProfiler::schedule_probes(const std::vector<double>& durations, int k,
+                                    const std::vector<int64_t>& bytes, double period_s) {
+  if (probe_every_ <= 0 || n_ < 2) return;
+  const double budget = probe_stats_.campaigns == 0 ? kFirstProbeBudget : kProbeBudget;
+  if (period_s > 0) allowance_s_ += budget * period_s * k;
+  if (probe_due_ && !prober_.active()) {
+    // Transfers of about kProbeTransferS at the rate the calls showed: the last arrival's time
+    // (it waited for nobody) over what a Ring moves per rank, for calls of 64 KiB or more.
+    std::vector<double> betas;
+    for (int i = 0; i < k; ++i) {
+      if (bytes[static_cast<size_t>(i)] < 64 * 1024) continue;
+      double t = durations[static_cast<size_t>(i)];
+      for (int r = 1; r < n_; ++r) t = std::min(t, durations[static_cast<size_t>(r) * k + i]);
+      const double moved = 2.0 * (n_ - 1) / n_ * static_cast<double>(bytes[static_cast<size_t>(i)]);
+      if (t > 0) betas.push_back(t / moved);
+    }
+    double beta = median_of(betas);
+    if (!(beta > 0)) beta = link_.beta_s_per_byte;
+    const double want = kProbeTransferS / std::max(beta, 1e-15);
+    prober_.start(static_cast<size_t>(std::clamp(want, static_cast<double>(kMinProbeTransfer),
+                                                 static_cast<double>(kMaxProbeTransfer))));
+    probe_due_ = false;
+    if (slice_s_ <= 0) {
+      // Until a slice has run: two transfers and a dozen latencies, doubled for safety.
+      slice_s_ = 2 * (2 * static_cast<double>(prober_.transfer_bytes()) * beta +
+                      12 * link_.alpha_s);
+    }
+  }
+  if (!prober_.active()) {
+    slices_allowed_ = 0;
+    // Nothing to spend it on: the allowance does not pile up into a burst later.
+    allowance_s_ = std::min(allowance_s_, 2 * slice_s_);
+    return;
+  }
+  const size_t affordable = slice_s_ > 0 ? static_cast<size_t>(allowance_s_ / slice_s_) : 0;
+  slices_allowed_ = std::min(affordable, prober_.slices_left());
+  allowance_s_ -= static_cast<double>(slices_allowed_) * slice_s_;
+  slices_per_call_ = 1;
+  if (period_s > 0 && slice_s_ > 0) {
+    slices_per_call_ = std::max<size_t>(1, static_cast<size_t>(kSliceShareOfCall * period_s / slice_s_));
+  }
+}
+
+void GroupProfiler::campaign_finished(std::vector<LinkModel> matrix) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    probe_stats_.campaigns += 1;
+    probe_stats_.transfer_bytes = prober_.transfer_bytes();
+  }
+  if (confirming_) {
+    confirming_ = false;
+    pending_ = average_links(first_matrix_, matrix);
+    return;
+  }
+  std::vector<Slowdown> current;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    current = analysis_.degraded;
+  }
+  // Every rank holds the same matrix and verdict: all decide alike to probe again.
+  if (several_hosts()) {
+    const LinkAnalysis first = analyze_links(network_links(matrix), n_, kDegradedThreshold);
+    if (needs_confirmation(first, current, kSureFactor)) {
+      log_info("stragg: rank " + std::to_string(rank_) + " of group '" + group_ +
+               "': link probe: " + degraded_text(first.degraded) + "; probing again to confirm");
+      confirming_ = true;
+      first_matrix_ = std::move(matrix);
+      prober_.start(prober_.transfer_bytes());
+      return;
+    }
+  }
+  pending_ = std::move(matrix);
+}
+
+void GroupProfiler::probe_links(Executor& ex, const InternalSpec& spec,
+                                std::chrono::milliseconds timeout) {
+  const auto t0 = Clock::now();
+  std::vector<LinkModel> matrix = prober_.probe_now(ex, spec, timeout);
+  std::vector<Slowdown> current;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    current = analysis_.degraded;
+  }
+  // Every rank holds the same matrix and verdict: all decide alike to probe again.
+  if (several_hosts()) {
+    const LinkAnalysis first = analyze_links(network_links(matrix), n_, kDegradedThreshold);
+    if (needs_confirmation(first, current, kSureFactor)) {
+      log_info("stragg: rank " + std::to_string(rank_) + " of group '" + group_ +
+               "': link probe: " + degraded_text(first.degraded) + "; probing again to confirm");
+      matrix = average_links(matrix, prober_.probe_now(ex, spec, timeout));
+    }
+  }
+  const double spent = seconds(Clock::now() - t0);
+  interval_spoiled_ = true;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    probe_stats_.campaigns += 1;
+    probe_stats_.seconds += spent;
+  }
+  install(matrix);
+  // Asked for explicitly (the same point on every rank): applied now, without a trial.
+  PlanMode mode;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    PlanMode proposed = check_.current();
+    proposed.degraded = analysis_.degraded;
+    if (profiler_) proposed.straggler = profiler_->straggler();
+    mode = plan_check_ ? check_.update(proposed, -1, profiler_ ? profiler_->exchanges() : 0, calls_)
+                       : proposed;
+  }
+  apply(mode);
+}
+
+bool GroupProfiler::drifted(const std::vector<double>& durations, int k) {
   std::vector<double> ratios;
   ratios.reserve(static_cast<size_t>(k));
   for (int i = 0; i < k; ++i) {
     if (!(batch_predicted_[i] > 0)) continue;
     // The rank that arrived last waited for nobody: its duration is the communication time.
-    double t = all[i];
-    for (int r = 1; r < n_; ++r) t = std::min(t, all[static_cast<size_t>(r) * k + i]);
+    double t = durations[i];
+    for (int r = 1; r < n_; ++r) t = std::min(t, durations[static_cast<size_t>(r) * k + i]);
     if (t > 0) ratios.push_back(t / batch_predicted_[i]);
   }
   if (ratios.empty()) return false;
@@ -168,88 +380,6 @@ bool GroupProfiler::drifted(const std::vector<double>& all, int k) {
     << " after the last link probe): re-probing the links";
   log_info(m.str());
   return true;
-}
-
-std::vector<LinkModel> GroupProfiler::measure_own_row(Executor& ex, const InternalSpec& spec,
-                                                      std::chrono::milliseconds timeout,
-                                                      size_t bytes_each, int repetitions) {
-  using Clock = std::chrono::steady_clock;
-  const size_t elems = std::max<size_t>(1, bytes_each / sizeof(float));
-  std::vector<float> buf(2 * static_cast<size_t>(kProbeMessages) * elems, 1.0f);
-  std::vector<LinkModel> mine(static_cast<size_t>(n_));
-  for (auto& l : mine) l.alpha_s = l.beta_s_per_byte = -1;
-  for (int round = 0; round < probe_rounds(n_); ++round) {
-    for (int direction : {0, 1}) {
-      const bool sender = probe_sends(n_, round, direction, rank_);
-      // Minimum over the repetitions: noise (scheduling, other load) only ever adds time.
-      double best[3] = {1e300, 1e300, 1e300};  // by ProbeShape
-      for (int rep = 0; rep < repetitions; ++rep) {
-        for (int shape = 0; shape < 3; ++shape) {
-          const RankPlan plan = link_probe_plan(n_, rank_, round, direction, kProbeMessages, elems,
-                                                static_cast<ProbeShape>(shape));
-          const CollectiveSpec s = spec("link probe", DType::Float32, buf.size());
-          const auto t0 = Clock::now();
-          ex.run(plan, s, buf.data(), timeout);
-          best[shape] = std::min(best[shape], std::chrono::duration<double>(Clock::now() - t0).count());
-        }
-      }
-      if (!sender) continue;
-      mine[probe_partner(n_, round, rank_)] =
-          estimate_link(best[0], best[1], best[2], kProbeMessages, elems * sizeof(float));
-    }
-  }
-  return mine;
-}
-
-void GroupProfiler::probe_links(Executor& ex, const InternalSpec& spec,
-                                std::chrono::milliseconds timeout) {
-  std::vector<LinkModel> matrix = probe_matrix(ex, spec, timeout, kProbeBytes, kProbeRepetitions);
-  std::vector<Slowdown> current;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    current = analysis_.degraded;
-  }
-  // Every rank holds the same matrix and verdict: all decide alike to probe again.
-  if (several_hosts()) {
-    const LinkAnalysis first = analyze_links(network_links(matrix), n_, kDegradedThreshold);
-    if (needs_confirmation(first, current, kSureFactor)) {
-      log_info("stragg: rank " + std::to_string(rank_) + " of group '" + group_ +
-               "': link probe: " + degraded_text(first.degraded) + "; probing again to confirm");
-      const double first_cost = probe_cost_s_;
-      matrix = average_links(matrix, probe_matrix(ex, spec, timeout, kProbeBytes,
-                                                  kProbeRepetitions));
-      probe_cost_s_ += first_cost;
-    }
-  }
-  install(matrix);
-  calls_since_probe_s_ = 0;
-}
-
-std::vector<LinkModel> GroupProfiler::probe_matrix(Executor& ex, const InternalSpec& spec,
-                                                   std::chrono::milliseconds timeout,
-                                                   size_t bytes_each, int repetitions) {
-  const auto start = std::chrono::steady_clock::now();
-  const std::vector<LinkModel> mine = measure_own_row(ex, spec, timeout, bytes_each, repetitions);
-  // All-gather the rows (own row filled, zeros elsewhere): row i holds the links i -> j. The
-  // unused diagonal slot (i -> i) carries how long rank i's measurement took.
-  const size_t n = static_cast<size_t>(n_);
-  std::vector<double> all(n * n * 2, 0.0);
-  for (size_t j = 0; j < n; ++j) {
-    all[(rank_ * n + j) * 2] = mine[j].alpha_s;
-    all[(rank_ * n + j) * 2 + 1] = mine[j].beta_s_per_byte;
-  }
-  all[(rank_ * n + rank_) * 2] =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  ex.run(*small_allreduce_plan(rank_, n_, all.size()),
-         spec("link probe exchange", DType::Float64, all.size()), all.data(), timeout);
-  probe_cost_s_ = 0;
-  for (size_t i = 0; i < n; ++i) probe_cost_s_ = std::max(probe_cost_s_, all[(i * n + i) * 2]);
-  std::vector<LinkModel> matrix(n * n);
-  for (size_t i = 0; i < n * n; ++i) {
-    matrix[i].alpha_s = i / n == i % n ? -1 : all[i * 2];
-    matrix[i].beta_s_per_byte = i / n == i % n ? -1 : all[i * 2 + 1];
-  }
-  return matrix;
 }
 
 bool GroupProfiler::several_hosts() const {
@@ -275,10 +405,6 @@ std::vector<LinkModel> GroupProfiler::network_links(const std::vector<LinkModel>
 void GroupProfiler::install(const std::vector<LinkModel>& matrix) {
   LinkAnalysis a = analyze_links(network_links(matrix), n_, kDegradedThreshold);
   if (!several_hosts()) a.degraded.clear();  // one host: no network
-  NetworkModel net;
-  net.link = a.reference;
-  net.degraded = a.degraded;
-  planner_.set_network(net);
   bool verdict_changed = false;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -292,6 +418,14 @@ void GroupProfiler::install(const std::vector<LinkModel>& matrix) {
     analysis_ = a;
     drift_baseline_ = 0;
   }
+  // The reference model at once; the degraded ranks through the plan check (apply()).
+  NetworkModel net = planner_.network();
+  net.link = a.reference;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    net.degraded = mode_.degraded;
+  }
+  planner_.set_network(net);
   std::ostringstream m;
   m << "stragg: rank " << rank_ << " of group '" << group_ << "': link probe: alpha "
     << a.reference.alpha_s * 1e6 << " us, " << 1e-9 / a.reference.beta_s_per_byte
@@ -303,14 +437,41 @@ void GroupProfiler::install(const std::vector<LinkModel>& matrix) {
   }
 }
 
+void GroupProfiler::apply(const PlanMode& mode) {
+  bool network_changed = false;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    network_changed = !(mode.degraded == mode_.degraded);
+    mode_ = mode;
+  }
+  straggler_.store(mode.straggler);
+  if (network_changed) {
+    NetworkModel net = planner_.network();
+    net.link = link_model(nullptr);
+    net.degraded = mode.degraded;
+    planner_.set_network(net);
+  }
+}
+
 ProfilerSummary GroupProfiler::summary() const {
   std::lock_guard<std::mutex> lock(mu_);
-  if (profiler_) return profiler_->summary();
   ProfilerSummary s{};
-  s.n = n_;
-  s.straggler = -1;
-  s.candidate = -1;
-  s.link = link_;
+  if (profiler_) {
+    s = profiler_->summary();
+  } else {
+    s.n = n_;
+    s.straggler = -1;
+    s.candidate = -1;
+    s.link = link_;
+  }
+  s.applied_straggler = mode_.straggler;
+  s.applied_degraded = mode_.degraded;
+  s.plan_checks = check_.records();
+  s.probe_campaigns = probe_stats_.campaigns;
+  s.probe_slices = probe_stats_.slices;
+  s.probe_s = probe_stats_.seconds;
+  s.probe_transfer_bytes = probe_stats_.transfer_bytes;
+  s.exchange_every = probe_stats_.exchange_every > 0 ? probe_stats_.exchange_every : every_;
   return s;
 }
 
@@ -336,6 +497,21 @@ LinkAnalysis GroupProfiler::link_analysis() const {
 std::vector<double> GroupProfiler::recent_delays() const {
   std::lock_guard<std::mutex> lock(mu_);
   return recent_delays_;
+}
+
+std::vector<PlanCheckRecord> GroupProfiler::plan_checks() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return check_.records();
+}
+
+PlanMode GroupProfiler::plan_mode() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return mode_;
+}
+
+ProbeStats GroupProfiler::probe_stats() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return probe_stats_;
 }
 
 }  // namespace stragg

@@ -1,31 +1,48 @@
-// The profiling side of a session (no torch here): the straggler profiler's per-call batches
-// and their exchange, and the link probes (AdapCC §IV-B) with the link matrix they measure.
+// The profiling side of a session (no torch here): the straggler profiler's per-call batches and
+// their exchange, the link probes (AdapCC §IV-B) and the measured check of what they make the
+// planner do (plan/plan_check.h).
+//
 // Everything that talks to the peers is a collective run by the session's worker thread at the
-// same point of every rank's call sequence (after a call, or at the start of the next one), so
-// every rank holds the same statistics and takes the same decisions. Readers on other threads
-// (stragg.profiler.summary, backend_stats) take a lock.
+// same point of every rank's call sequence (after a call, or at the start of the next one), and
+// every decision is taken at an exchange from exchanged numbers, so every rank holds the same
+// statistics and takes the same decisions. Readers on other threads (stragg.profiler.summary,
+// backend_stats) take a lock.
+//
+// Costs. An exchange is one small all_reduce every K calls (STRAGG_PROFILE_EVERY); when the
+// calls are so short that it would cost more than 2% of their time, K doubles (up to 256).
+// Link probes run as a campaign of slices right after calls (session/link_prober.h), within a
+// budget: 5% of the job's time until the first campaign has finished, 2% after, and at most a
+// quarter of a call's time per call, so no step of a job grows by more than that.
 #pragma once
 
 #include <atomic>
 #include <chrono>
-#include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "plan/link_model.h"
 #include "plan/link_probe.h"
+#include "plan/plan_check.h"
 #include "plan/planner.h"
 #include "plan/settings.h"
 #include "plan/straggler_profiler.h"
 #include "runtime/executor.h"
 #include "session/call_record.h"
+#include "session/link_prober.h"
 
 namespace stragg {
 
-// Spec of the next internal collective on the wire (it takes a sequence number).
-using InternalSpec = std::function<CollectiveSpec(const char* name, DType dtype, size_t numel)>;
+// What the probes cost and did, for stragg.profiler.summary().
+struct ProbeStats {
+  uint64_t campaigns = 0;     // finished (explicit measure_links() included)
+  uint64_t slices = 0;        // slices run between calls
+  double seconds = 0;         // this rank's time in probes (slices, explicit probes)
+  size_t transfer_bytes = 0;  // of the latest campaign
+  int exchange_every = 0;     // calls per profiler exchange now
+};
 
 class GroupProfiler {
  public:
@@ -37,20 +54,20 @@ class GroupProfiler {
   GroupProfiler(int rank, int n, const Settings& settings, Planner& planner, std::string group,
                 std::vector<int> host_of);
 
-  // Worker thread, at the start of a call: runs a periodic link probe that is due.
-  void before_call(Executor& ex, const InternalSpec& spec, std::chrono::milliseconds timeout);
   // Worker thread, after a successful executor all_reduce: feeds the profiler; every K calls
-  // exchanges the batch (one small all_reduce) and updates the straggler decision. On failure
-  // it switches profiling off (the caller logs; the group is aborted by the executor anyway).
+  // exchanges the batch (one small all_reduce) and takes the decisions; runs the probe slices
+  // scheduled for this call. On failure it switches profiling off (the caller logs; the group
+  // is aborted by the executor anyway).
   void after_call(Executor& ex, const InternalSpec& spec, const CallRecord& record,
                   std::chrono::milliseconds timeout);
-  // Worker thread, collective: measures alpha/beta of every link and installs the combined model
-  // in the planner. A probe that newly finds a rank slightly slow (below kSureFactor) is
-  // confirmed by a second one (needs_confirmation / average_links, plan/link_probe.h).
+  // Worker thread, collective: measures alpha/beta of every link now and installs the model in
+  // the planner. A probe that newly finds a rank slightly slow (below kSureFactor) is confirmed
+  // by a second one (needs_confirmation / average_links, plan/link_probe.h).
   void probe_links(Executor& ex, const InternalSpec& spec, std::chrono::milliseconds timeout);
 
   bool enabled() const;
-  // The profiler's persistent straggler (-1: none) and its median delay (seconds).
+  // The straggler the session runs StragglAR for (-1: none): the profiler's persistent
+  // straggler unless the plan check undid it, and its median delay (seconds).
   int straggler() const { return straggler_.load(); }
   double straggler_delay_s() const { return straggler_delay_s_.load(); }
   ProfilerSummary summary() const;
@@ -63,20 +80,28 @@ class GroupProfiler {
   LinkAnalysis link_analysis() const;
   // The window's per-call straggler delays (identical on every rank).
   std::vector<double> recent_delays() const;
+  std::vector<PlanCheckRecord> plan_checks() const;
+  PlanMode plan_mode() const;
+  ProbeStats probe_stats() const;
 
  private:
+  using Clock = std::chrono::steady_clock;
+
   void exchange(Executor& ex, const InternalSpec& spec, std::chrono::milliseconds timeout);
+  void run_probe_slices(Executor& ex, const InternalSpec& spec, std::chrono::milliseconds timeout);
   // After an exchange: have the calls' times drifted from the cost model since the last probe?
   // (identical on every rank: it reads the exchanged durations)
-  bool drifted(const std::vector<double>& all, int k);
+  bool drifted(const std::vector<double>& durations, int k);
+  // Probe scheduling at an exchange from the batch's exchanged numbers.
+  void schedule_probes(const std::vector<double>& durations, int k,
+                       const std::vector<int64_t>& bytes, double period_s);
+  // A finished probe's matrix: confirms a small new factor with a second probe, else keeps it
+  // for install() at the next exchange.
+  void campaign_finished(std::vector<LinkModel> matrix);
+  // The analysis of `matrix` becomes the measured link model (readers see it at once).
   void install(const std::vector<LinkModel>& matrix);
-  std::vector<LinkModel> measure_own_row(Executor& ex, const InternalSpec& spec,
-                                         std::chrono::milliseconds timeout, size_t bytes_each,
-                                         int repetitions);
-  // Probes every directed link with messages of `bytes_each` and all-gathers the n x n matrix.
-  std::vector<LinkModel> probe_matrix(Executor& ex, const InternalSpec& spec,
-                                      std::chrono::milliseconds timeout, size_t bytes_each,
-                                      int repetitions);
+  // The plan check's verdict becomes what the session and the planner use.
+  void apply(const PlanMode& mode);
   std::vector<LinkModel> network_links(const std::vector<LinkModel>& matrix) const;
   bool several_hosts() const;  // the group spans hosts (only then can links be degraded)
 
@@ -84,22 +109,40 @@ class GroupProfiler {
   const int n_;
   const ProfilerSettings settings_;
   const int probe_every_;
+  const bool plan_check_;
   const std::vector<int> host_of_;
   Planner& planner_;
   const std::string group_;
+  LinkProber prober_;
+  PlanCheck check_;
 
   // Worker-thread state.
   uint64_t calls_ = 0;  // completed executor all_reduces (the profiler's call index)
-  bool probe_pending_ = false;  // a probe runs at the start of the next call
-  bool probe_due_ = false;      // a probe is wanted once it is affordable (kProbeCostRatio)
-  double calls_since_probe_s_ = 0;  // the calls' time since the last probe (slowest rank's)
-  double probe_cost_s_ = 0;         // the last probe's duration (slowest rank's)
+  int every_;           // calls per exchange now
+  bool costly_exchanges_ = false;  // the last exchange cost more than its share
   std::vector<double> batch_durations_;
   std::vector<int64_t> batch_bytes_;
   std::vector<double> batch_predicted_;
+  uint64_t batch_first_call_ = 0;
+  // Times between the ends of consecutive calls in this batch (the job's compute included),
+  // without those an exchange or a probe fell into: their median is the batch's time per call.
+  std::vector<double> batch_intervals_;
+  Clock::time_point last_end_{};
+  bool interval_spoiled_ = true;  // an exchange or probe ran since last_end_
+  double batch_probe_s_ = 0;      // this rank's time in probe slices during this batch
+  size_t batch_slices_ = 0;
+  double last_exchange_s_ = 0;   // this rank's time in the previous exchange
+  // Probe scheduling (identical on every rank).
+  bool probe_due_ = false;
+  double allowance_s_ = 0;    // probe time the budget allows now
+  double slice_s_ = 0;        // a slice's time (slowest rank's), 0 until one ran
+  size_t slices_allowed_ = 0;
+  size_t slices_per_call_ = 1;
+  bool confirming_ = false;
+  std::vector<LinkModel> first_matrix_;              // of a probe being confirmed
+  std::optional<std::vector<LinkModel>> pending_;    // installed at the next exchange
   double drift_baseline_ = 0;  // model/measured ratio of the first batch after a probe (0: unset)
   uint64_t last_drift_probe_ = 0;  // exchange that last triggered a probe for drift
-  uint64_t batch_first_call_ = 0;
 
   mutable std::mutex mu_;  // guards what readers see
   std::unique_ptr<StragglerProfiler> profiler_;
@@ -109,7 +152,9 @@ class GroupProfiler {
   std::string link_source_ = "default";
   std::vector<LinkModel> link_matrix_;
   LinkAnalysis analysis_;
+  PlanMode mode_;
   std::vector<double> recent_delays_;
+  ProbeStats probe_stats_;
 };
 
 }  // namespace stragg

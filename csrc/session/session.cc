@@ -285,11 +285,7 @@ bool Session::oneshot_fits(const PlanChoice& choice, size_t bytes) const {
 }
 
 void Session::run_on_executor(AllreduceCall& call, CallRecord& record) {
-  const InternalSpec internal = [this](const char* name, DType dtype, size_t numel) {
-    return next_spec(name, dtype, numel, /*internal=*/true);
-  };
   current_call_ = static_cast<int64_t>(record.seq);
-  profiler_->before_call(*executor_, internal, call.timeout);
   CollectiveSpec spec = next_spec(call.name, call.dtype, call.numel, /*internal=*/false);
   spec.op = call.op;
   record.wire_seq = spec.seq;
