@@ -137,7 +137,9 @@ LinkModel estimate_link(double t_many, double t_one, double t_tiny, int messages
   link.alpha_s =
       std::max({kMinProbeAlpha, (t_many - t_one) / (messages - 1), t_tiny / 2});
   const double bytes = static_cast<double>(static_cast<size_t>(messages) * bytes_each);
-  const double whole = t_one - 2 * link.alpha_s;
+  // beta from the one message above a round trip, not above the alpha of the stream: a stream
+  // slowed by noise (scheduling on a busy host) inflates alpha, and beta must not shrink for it.
+  const double whole = t_one - t_tiny;
   link.beta_s_per_byte = std::max(kMinProbeBeta, (whole > 0 ? whole : t_one) / bytes);
   return link;
 }

@@ -66,8 +66,8 @@ constexpr double kMinProbeBeta = 1e-15;  // s per byte (1 PB/s)
 
 // alpha = the larger of (t_many - t_one)/(messages - 1) (the cost of one more message in a
 // stream) and t_tiny / 2 (half the round trip of one element and its acknowledgement), clamped
-// to >= kMinProbeAlpha; beta = (t_one - 2 alpha)/(messages * bytes_each) (t_one/bytes if that
-// is not positive), clamped to >= kMinProbeBeta.
+// to >= kMinProbeAlpha; beta = (t_one - t_tiny)/(messages * bytes_each) (t_one/bytes if that
+// is not positive), clamped to >= kMinProbeBeta: a noisy stream moves alpha, never beta.
 // The cost model charges alpha per round, and a round waits for its peer: a stream's messages
 // overlap (on shared memory the difference read ~0 and Auto ran Ring's 6 rounds for a 4 KiB
 // call at 4 ranks, where recursive doubling needs 2), a round trip does not.

@@ -381,6 +381,15 @@ const std::vector<Row>& rows() {
          s.probe_every = static_cast<int>(int_in(v, 0, 1000000, a));
        },
        [](const Settings& s) { return std::to_string(s.probe_every); }},
+      {{"probe_budget", "STRAGG_PROBE_BUDGET", "float", "0.05", "a number in (0, 1]",
+        "share of the job's time (between and in the calls) the link probes may take until the "
+        "first probe has finished; later probes get 40% of it; a probe also takes at most a "
+        "quarter of a call's time per call",
+        true},
+       [](Settings& s, const SettingValue& v, const std::string& a) {
+         s.probe_budget = float_in(v, 0, 1, true, a);
+       },
+       [](const Settings& s) { return num(s.probe_budget); }},
       {{"debug", "STRAGG_DEBUG", "choice", "off", "one of off, INFO, DETAIL",
         "INFO: log each group's transport, algorithm and straggler and the profiler's "
         "decisions; DETAIL: also one line per all_reduce",

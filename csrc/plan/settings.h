@@ -84,6 +84,7 @@ struct Settings {
   double profile_min_gain_us = 0;
   double profile_noise_us = 100;
   int probe_every = 64;  // link probe every this many profiler exchanges (0: on demand only)
+  double probe_budget = 0.05;  // share of the job's time the first link probe may take
   bool plan_check = true;  // time the planner's moves and undo those that slow the calls
   DebugLevel debug = DebugLevel::Off;
   std::string cuda_allreduce = "stragg";  // "stragg" (GPU executor) or "nccl" (inner NCCL)

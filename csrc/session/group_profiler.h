@@ -11,8 +11,9 @@
 // Costs. An exchange is one small all_reduce every K calls (STRAGG_PROFILE_EVERY); when the
 // calls are so short that it would cost more than 2% of their time, K doubles (up to 256).
 // Link probes run as a campaign of slices right after calls (session/link_prober.h), within a
-// budget: 5% of the job's time until the first campaign has finished, 2% after, and at most a
-// quarter of a call's time per call, so no step of a job grows by more than that.
+// budget: STRAGG_PROBE_BUDGET (5%) of the job's time until the first campaign has finished, 40%
+// of that after, and at most a quarter of a call's time per call, so no step of a job grows by
+// more than that.
 #pragma once
 
 #include <atomic>
@@ -72,7 +73,8 @@ class GroupProfiler {
   double straggler_delay_s() const { return straggler_delay_s_.load(); }
   ProfilerSummary summary() const;
   const ProfilerSettings& settings() const { return settings_; }
-  // The cost model in use and where it came from ("default" or "measured").
+  // The cost model in use and where it came from ("default", "calls": the calls' own rate until
+  // a probe, or "measured").
   LinkModel link_model(std::string* source) const;
   // n*n per-link models from the last probe (links[i*n + j]: i -> j; alpha < 0: not measured).
   std::vector<LinkModel> link_matrix() const;
@@ -92,6 +94,9 @@ class GroupProfiler {
   // After an exchange: have the calls' times drifted from the cost model since the last probe?
   // (identical on every rank: it reads the exchanged durations)
   bool drifted(const std::vector<double>& durations, int k);
+  // The seconds per byte the batch's calls of 64 KiB or more showed (0: none).
+  double calls_beta(const std::vector<double>& durations, int k,
+                    const std::vector<int64_t>& bytes) const;
   // Probe scheduling at an exchange from the batch's exchanged numbers.
   void schedule_probes(const std::vector<double>& durations, int k,
                        const std::vector<int64_t>& bytes, double period_s);
@@ -110,6 +115,7 @@ class GroupProfiler {
   const ProfilerSettings settings_;
   const int probe_every_;
   const bool plan_check_;
+  const double probe_budget_;
   const std::vector<int> host_of_;
   Planner& planner_;
   const std::string group_;

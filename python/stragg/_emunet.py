@@ -13,7 +13,8 @@ whichever host sends it, is delayed and dropped once: end to end, the loss proba
 one-way delay are exactly the configured ones. Loss is a classic-BPF filter (`ld rand`) that
 classifies the unlucky packets into a class whose leaf queue holds nothing (pfifo limit 0), so it
 works on kernels built without netem; generic segmentation is turned off on eth0 then, so a loss
-is one wire packet, not a 64 KiB super-packet.
+is one wire packet, not a 64 KiB super-packet. Without loss a super-packet holds at most 8 frames:
+htb lets one through whenever it has any credit, so 64 KiB ones let short transfers beat the rate.
 
 Every host runs TCP congestion control `reno` unless told otherwise (set_congestion): the
 namespaces would inherit the machine's default, which is bbr on the machines this was built on,
@@ -412,6 +413,9 @@ def _write_hosts_files(name: str, hosts: list[Host]) -> None:
 # Shaping and cuts
 
 
+GSO_SEGS = 8  # frames per super-packet on a shaped link (12 KiB: 0.3 ms at 300 Mbit/s)
+
+
 def _shape_dev(netns: str, dev: str, rate_bit: int, loss: float, delay_us: int) -> None:
     tc(netns, f"qdisc del dev {dev} root", check=False)
     tc(netns, f"qdisc add dev {dev} root handle 1: htb default 1")
@@ -431,8 +435,10 @@ def _shape_dev(netns: str, dev: str, rate_bit: int, loss: float, delay_us: int) 
         tc(netns, f"qdisc add dev {dev} parent 1:2 handle 20: pfifo limit 0")
         bpf = _LOSS_BPF.format(threshold=min(int(loss * 2**32), 2**32 - 1))
         tc(netns, f"filter add dev {dev} parent 1: protocol all prio 1 bpf bytecode", bpf)
-    # One wire packet per qdisc decision when packets are dropped; GSO otherwise (cheaper).
-    ip(netns, f"link set dev {dev} gso_max_segs {1 if loss else 65535}")
+    # One wire packet per qdisc decision when packets are dropped; else super-packets of at most
+    # GSO_SEGS frames (cheaper than single frames; a 64 KiB one would leave htb 44 frames in
+    # debt, so a 100 KiB transfer ran at twice the shaped rate and fooled the link probes).
+    ip(netns, f"link set dev {dev} gso_max_segs {1 if loss else GSO_SEGS}")
 
 
 def shape(name: str, host: Host, rate_bit: int, loss: float = 0.0, delay_us: int = 0) -> None:

@@ -141,10 +141,14 @@ TEST(LinkProbe, EstimateLinkRecoversAlphaBeta) {
   // tiny positive value and beta comes from the whole transfer.
   const LinkModel c = estimate_link(0.001, 0.002, 0.0, m, s);
   EXPECT_EQ(c.alpha_s, kMinProbeAlpha);
-  EXPECT_NEAR(c.beta_s_per_byte, (0.002 - 2 * kMinProbeAlpha) / (m * double(s)), 1e-18);
-  // An alpha that would leave the transfer no time (many messages stalled): beta from t_one.
+  EXPECT_NEAR(c.beta_s_per_byte, 0.002 / (m * double(s)), 1e-18);
+  // Many messages stalled by noise (a busy host): alpha grows, beta stays the one message's
+  // time above the round trip.
   const LinkModel f = estimate_link(0.010, 0.002, 0.0, m, s);
   EXPECT_NEAR(f.beta_s_per_byte, 0.002 / (m * double(s)), 1e-18);
+  const LinkModel g = estimate_link(t_many + 0.005, t_one, t_tiny, m, s);
+  EXPECT_GT(g.alpha_s, 10 * alpha);
+  EXPECT_NEAR(g.beta_s_per_byte, beta, beta * 1e-9);
   const LinkModel z = estimate_link(0.0, 0.0, 0.0, m, s);
   EXPECT_GT(z.alpha_s, 0.0);
   EXPECT_GT(z.beta_s_per_byte, 0.0);
