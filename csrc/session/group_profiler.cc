@@ -26,6 +26,8 @@ constexpr uint64_t kDriftProbeInterval = 4;
 // campaign has finished, this share of it after; at most this share of a call's time per call.
 constexpr double kLaterProbeBudget = 0.4;
 constexpr double kSliceShareOfCall = 0.25;
+// Calls before the first exchange (at most STRAGG_PROFILE_EVERY).
+constexpr int kFirstBatchCalls = 4;
 // A campaign's transfers take about this long at the rate the calls show (64 KiB to 1 MiB).
 constexpr double kProbeTransferS = 0.008;
 constexpr size_t kMinProbeTransfer = 64 * 1024;
@@ -103,7 +105,12 @@ void GroupProfiler::run_probe_slices(Executor& ex, const InternalSpec& spec,
     probe_stats_.slices += count;
     probe_stats_.seconds += spent;
   }
-  if (matrix) campaign_finished(std::move(*matrix));
+  if (matrix) {
+    campaign_finished(std::move(*matrix));
+    // A measured matrix waits for an exchange (its verdict goes through the plan check there):
+    // that one comes kFirstBatchCalls calls from now, not at the end of a long batch.
+    if (pending_) cut_batch_at_ = static_cast<int>(batch_durations_.size()) + kFirstBatchCalls;
+  }
 }
 
 void GroupProfiler::after_call(Executor& ex, const InternalSpec& spec, const CallRecord& record,
@@ -119,7 +126,19 @@ void GroupProfiler::after_call(Executor& ex, const InternalSpec& spec, const Cal
   batch_bytes_.push_back(record.bytes);
   batch_predicted_.push_back(record.predicted_s);
   try {
-    if (static_cast<int>(batch_durations_.size()) >= every_) exchange(ex, spec, timeout);
+    // An extra exchange after the first kFirstBatchCalls calls: until it the planner has only
+    // the default link model (fast links), which on a slow network picks a plan 25-60% slower
+    // for large calls. The next one is at call K again, so the later ones keep their schedule.
+    int batch = every_;
+    if (exchanges_done_ == 0 && every_ > kFirstBatchCalls) batch = kFirstBatchCalls;
+    if (exchanges_done_ == 1 && early_exchange_) batch = std::max(1, every_ - kFirstBatchCalls);
+    if (cut_batch_at_ > 0) batch = std::min(batch, cut_batch_at_);
+    if (static_cast<int>(batch_durations_.size()) >= batch) {
+      cut_batch_at_ = 0;
+      if (exchanges_done_ == 0) early_exchange_ = batch < every_;
+      ++exchanges_done_;
+      exchange(ex, spec, timeout);
+    }
     run_probe_slices(ex, spec, timeout);
   } catch (const std::exception& e) {
     log_warning("stragg: rank " + std::to_string(rank_) + ": profiler exchange failed, " +
@@ -190,7 +209,11 @@ void GroupProfiler::exchange(Executor& ex, const InternalSpec& spec,
   // after calls (run_probe_slices), when every rank has just finished the same collective: at
   // the start of a call a late rank would be late for the probe too, and its partners would
   // time its lateness as their links' latency.
-  if (probe_every_ > 0 && profiler_->exchanges() % probe_every_ == 0) probe_due_ = true;
+  // (The early first exchange does not start them: its calls are the job's warm-up, whose
+  // noise the probes would read as slow links.)
+  const bool early = early_exchange_ && exchanges_done_ == 1;
+  const uint64_t regular = profiler_->exchanges() - (early_exchange_ && !early ? 1 : 0);
+  if (probe_every_ > 0 && !early && regular % probe_every_ == 0) probe_due_ = true;
   if (drift && profiler_->exchanges() >= last_drift_probe_ + kDriftProbeInterval) {
     last_drift_probe_ = profiler_->exchanges();
     probe_due_ = true;

@@ -8,7 +8,8 @@
 // statistics and takes the same decisions. Readers on other threads (stragg.profiler.summary,
 // backend_stats) take a lock.
 //
-// Costs. An exchange is one small all_reduce every K calls (STRAGG_PROFILE_EVERY); when the
+// Costs. An exchange is one small all_reduce every K calls (STRAGG_PROFILE_EVERY; one more after
+// call 4, so the calls' own rate replaces the default link model early); when the
 // calls are so short that it would cost more than 2% of their time, K doubles (up to 256).
 // Link probes run as a campaign of slices right after calls (session/link_prober.h), within a
 // budget: STRAGG_PROBE_BUDGET (5%) of the job's time until the first campaign has finished, 40%
@@ -125,6 +126,9 @@ class GroupProfiler {
   // Worker-thread state.
   uint64_t calls_ = 0;  // completed executor all_reduces (the profiler's call index)
   int every_;           // calls per exchange now
+  uint64_t exchanges_done_ = 0;  // exchanges started
+  bool early_exchange_ = false;
+  int cut_batch_at_ = 0;  // > 0: the batch ends at this size (a probe's matrix is pending)  // the first came after kFirstBatchCalls calls, before call K
   bool costly_exchanges_ = false;  // the last exchange cost more than its share
   std::vector<double> batch_durations_;
   std::vector<int64_t> batch_bytes_;
