@@ -5,7 +5,7 @@ stragg's defaults) in two scenarios:
 - late: the rank on host 3 waits 60 ms before every backward pass; stragg's profiler adopts it
   as the straggler and runs StragglAR for it;
 - nic: host 1's link runs at half rate; stragg's link probes name rank 1 as degraded (factor
-  about 2) and run OptCC for it.
+  2 shaped, read above 1.2) and run OptCC for it.
 In both, every step's loss equals Gloo's within 1e-5 (relative). Timings are not asserted (see
 docs/benchmarks.md for the measured table). The profiler exchanges every 4 calls here and the
 probes may take half the job's time, so that a 60-step job reaches its decisions; the defaults
@@ -58,7 +58,9 @@ def test_training_benchmark_adopts_the_late_rank_and_names_the_slow_nic(tmp_path
     assert nic["slow_ranks"] == [1], nic["slow_ranks"]
     (dec,) = nic["backends"]["stragg"]["decided"]
     assert list(dec["degraded_ranks"]) == ["1"], dec
-    assert 1.5 <= dec["degraded_ranks"]["1"] <= 2.6, dec
+    # Named with a factor above the verdict's threshold (the factor follows the latest probe,
+    # which reads 1.4-2.7 for l = 2 when the CI machine is busy).
+    assert 1.2 <= dec["degraded_ranks"]["1"] <= 3.0, dec
     assert dec["first_optcc"] is not None and dec["first_optcc"]["plan"].startswith("optcc(1="), dec
     assert dec["profile_straggler"] is None, dec
 
