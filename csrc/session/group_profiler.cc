@@ -233,12 +233,12 @@ void GroupProfiler::exchange(Executor& ex, const InternalSpec& spec,
   const uint64_t exchanges = profiler_->exchanges();
   lock.unlock();
 
-  schedule_probes(durations, k, bytes, batch_period);
+  const double beta = calls_beta(durations, k, bytes);
+  schedule_probes(beta, k, batch_period);
   {
     // Until a probe has measured the links, the calls' own rate is a better model than the
     // default (made for fast links): on 300 Mbit/s the default made Auto run RHD for 10 MiB,
     // 25% slower than Ring there.
-    const double beta = calls_beta(durations, k, bytes);
     std::unique_lock<std::mutex> guard(mu_);
     if (link_source_ != "measured" && beta > 0) {
       link_.beta_s_per_byte = beta;
@@ -294,14 +294,13 @@ double GroupProfiler::calls_beta(const std::vector<double>& durations, int k,
   return median_of(betas);
 }
 
-void GroupProfiler::schedule_probes(const std::vector<double>& durations, int k,
-                                    const std::vector<int64_t>& bytes, double period_s) {
+void GroupProfiler::schedule_probes(double calls_beta_s, int k, double period_s) {
   if (probe_every_ <= 0 || n_ < 2) return;
   const double budget = probe_stats_.campaigns == 0 ? probe_budget_ : kLaterProbeBudget * probe_budget_;
   if (period_s > 0) allowance_s_ += budget * period_s * k;
   if (probe_due_ && !prober_.active()) {
     // Transfers of about kProbeTransferS at the rate the calls showed.
-    double beta = calls_beta(durations, k, bytes);
+    double beta = calls_beta_s;
     if (!(beta > 0)) beta = link_.beta_s_per_byte;
     const double want = kProbeTransferS / std::max(beta, 1e-15);
     prober_.start(static_cast<size_t>(std::clamp(want, static_cast<double>(kMinProbeTransfer),

@@ -98,9 +98,8 @@ class GroupProfiler {
   // The seconds per byte the batch's calls of 64 KiB or more showed (0: none).
   double calls_beta(const std::vector<double>& durations, int k,
                     const std::vector<int64_t>& bytes) const;
-  // Probe scheduling at an exchange from the batch's exchanged numbers.
-  void schedule_probes(const std::vector<double>& durations, int k,
-                       const std::vector<int64_t>& bytes, double period_s);
+  // Probe scheduling at an exchange from the batch's exchanged numbers (calls_beta_s: calls_beta()).
+  void schedule_probes(double calls_beta_s, int k, double period_s);
   // A finished probe's matrix: confirms a small new factor with a second probe, else keeps it
   // for install() at the next exchange.
   void campaign_finished(std::vector<LinkModel> matrix);
