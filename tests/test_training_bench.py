@@ -5,7 +5,7 @@ stragg's defaults) in two scenarios:
 - late: the rank on host 3 waits 60 ms before every backward pass; stragg's profiler adopts it
   as the straggler and runs StragglAR for it;
 - nic: host 1's link runs at half rate; stragg's link probes name rank 1 as degraded (factor
-  2 shaped, read above 1.2) and run OptCC for it.
+  2 shaped, read above 1.2 when OptCC is adopted) and run OptCC for it.
 In both, every step's loss equals Gloo's within 1e-5 (relative). Timings are not asserted (see
 docs/benchmarks.md for the measured table). The profiler exchanges every 4 calls here and the
 probes may take half the job's time, so that a 60-step job reaches its decisions; the defaults
@@ -16,6 +16,7 @@ STRAGG_TEST_REQUIRE=1 (CI runs as root).
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -58,10 +59,13 @@ def test_training_benchmark_adopts_the_late_rank_and_names_the_slow_nic(tmp_path
     assert nic["slow_ranks"] == [1], nic["slow_ranks"]
     (dec,) = nic["backends"]["stragg"]["decided"]
     assert list(dec["degraded_ranks"]) == ["1"], dec
-    # Named with a factor above the verdict's threshold (the factor follows the latest probe,
-    # which reads 1.4-2.7 for l = 2 when the CI machine is busy).
-    assert 1.2 <= dec["degraded_ranks"]["1"] <= 3.0, dec
-    assert dec["first_optcc"] is not None and dec["first_optcc"]["plan"].startswith("optcc(1="), dec
+    # OptCC adopted for rank 1 with a factor near the shaped 2 (probes read 1.4-2.7 for l = 2 on
+    # this VM). The final factor follows the latest probes and is only asserted to still name
+    # rank 1: on a machine short of CPU every link runs at the CPU's pace and a 2x link reads ~1.1.
+    first = dec["first_optcc"]
+    assert first is not None, dec
+    m = re.fullmatch(r"optcc\(1=([0-9.]+),k=\d+\)", first["plan"])
+    assert m is not None and 1.2 <= float(m.group(1)) <= 3.0, dec
     assert dec["profile_straggler"] is None, dec
 
     for sc in (late, nic):

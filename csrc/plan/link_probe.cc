@@ -211,6 +211,13 @@ bool needs_confirmation(const LinkAnalysis& fresh, const std::vector<Slowdown>& 
                                    [&](const Slowdown& c) { return c.rank == d.rank; });
     if (!known && d.factor < sure) return true;
   }
+  // A known slow rank that reads healthy, or whose factor moved by more than `sure` either way.
+  for (const Slowdown& c : current) {
+    const auto it = std::find_if(fresh.degraded.begin(), fresh.degraded.end(),
+                                 [&](const Slowdown& d) { return d.rank == c.rank; });
+    if (it == fresh.degraded.end()) return true;
+    if (it->factor > c.factor * sure || it->factor * sure < c.factor) return true;
+  }
   return false;
 }
 

@@ -89,9 +89,11 @@ struct LinkAnalysis {
 // threshold < 1.
 LinkAnalysis analyze_links(const std::vector<LinkModel>& links, int n, double threshold);
 
-// True if `fresh` names a degraded rank that `current` does not, with a factor below `sure`:
-// such a small factor is within reach of one probe's noise (a host briefly short of CPU reads
-// 1.1 slow), so the verdict is confirmed by a second probe before the planner acts on it.
+// True if `fresh` names a degraded rank that `current` does not, with a factor below `sure`, or
+// drops a rank that `current` names, or reads a named rank's factor more than `sure` times
+// higher or lower: one probe's noise reaches that far (a host briefly short of CPU reads 1.1
+// slow; a busy machine reads a 2x link 1.1), so such a change is confirmed by a second probe
+// before the planner acts on it.
 bool needs_confirmation(const LinkAnalysis& fresh, const std::vector<Slowdown>& current,
                         double sure);
 

@@ -228,6 +228,10 @@ TEST(LinkAnalysis, SmallNewFactorsAreConfirmedByASecondProbe) {
   // Already known slow ranks, or a factor past the sure one, need no second probe.
   EXPECT_FALSE(needs_confirmation(a, {{0, 1.1}, {7, 1.2}}, 1.25));
   EXPECT_FALSE(needs_confirmation(a, {}, 1.1));
+  // A known rank that vanishes, or whose factor moved past `sure` either way, is confirmed too.
+  EXPECT_TRUE(needs_confirmation(a, {{0, 1.1}, {7, 1.2}, {3, 2.0}}, 1.25));
+  EXPECT_TRUE(needs_confirmation(a, {{0, 1.1}, {7, 1.6}}, 1.25));
+  EXPECT_TRUE(needs_confirmation(a, {{0, 1.1}, {7, 0.9}}, 1.25));
   const LinkAnalysis both = analyze_links(average_links(first, second), 8, 1.08);
   ASSERT_EQ(both.degraded.size(), 1u);
   EXPECT_EQ(both.degraded[0].rank, 7);
