@@ -1,7 +1,7 @@
 """Settings: one table for the environment, stragg.set_policy, stragg.profiler.configure and
 pg_options; invalid values raise at init_process_group on every rank naming the variable, the
-value and what is accepted; settings that must match raise naming both values; README's table is
-the table."""
+value and what is accepted; settings that must match raise naming both values; docs/settings.md's
+table is the table."""
 
 from __future__ import annotations
 
@@ -18,12 +18,18 @@ import _harness as h
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def test_readme_table_is_generated_from_the_settings_table() -> None:
+def test_settings_doc_table_is_generated_from_the_settings_table() -> None:
+    import re
+
     from stragg._config import settings_markdown
 
-    readme = (ROOT / "README.md").read_text()
-    assert settings_markdown() in readme, (
-        "README.md's settings table is stale: run .venv/bin/python scripts/update_readme_settings.py"
+    doc = (ROOT / "docs" / "settings.md").read_text()
+    blocks = re.findall(r"<!-- settings-table: [^>]*-->\n(.*?)\n<!-- end settings-table -->", doc,
+                        flags=re.S)
+    assert len(blocks) == 1, "docs/settings.md must hold exactly one settings-table block"
+    assert blocks[0] == settings_markdown(), (
+        "docs/settings.md's settings table is stale: run "
+        ".venv/bin/python scripts/update_settings_doc.py"
     )
 
 
