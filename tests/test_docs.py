@@ -96,3 +96,9 @@ def test_every_doc_is_reachable_from_the_readme() -> None:
     linked = {(README.parent / t.split("#", 1)[0]).resolve() for t in links(README)}
     orphans = [d.name for d in DOCS if d.resolve() not in linked]
     assert not orphans, f"docs not linked from README.md: {orphans}"
+
+
+def test_readme_has_no_bare_urls() -> None:
+    # GitHub turns a bare http(s) URL into a link, which the link patterns above do not see.
+    urls = re.findall(r"https?://\S+", README.read_text())
+    assert not urls, f"README.md points outside the repository: {urls}"
