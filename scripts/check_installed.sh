@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The examples and benchmarks against a regular install: builds a wheel of this tree, installs it
+# The examples and benchmarks against a regular install: takes the wheel of this tree, installs it
 # (not editable) into a fresh virtual environment beside torch==2.13.0, and runs the demo
 # (examples/finetune.py --quick) and one benchmark (benchmarks/allreduce.py, tiny sizes) from a
 # directory outside the source tree, with copies of the scripts, so that nothing can be imported
@@ -23,10 +23,16 @@ case "$WORK/" in
   "$REPO"/*) echo "check_installed: $WORK is inside the source tree" >&2; exit 2 ;;
 esac
 
-echo "check_installed: building the wheel"
-rm -rf "$WORK/dist"
-(cd "$REPO" && .venv/bin/python -m pip wheel -q --no-build-isolation --no-deps -w "$WORK/dist" .)
-WHEEL="$(ls "$WORK"/dist/stragg-*.whl)"
+# The wheel scripts/setup.sh built (build/wheel/), else a fresh one.
+if [ "${STRAGG_EDITABLE:-0}" != 1 ] && ls "$REPO"/build/wheel/stragg-*.whl >/dev/null 2>&1; then
+  WHEEL="$(ls "$REPO"/build/wheel/stragg-*.whl)"
+  echo "check_installed: the wheel scripts/setup.sh built: $(basename "$WHEEL")"
+else
+  echo "check_installed: building the wheel"
+  rm -rf "$WORK/dist"
+  (cd "$REPO" && TORCH_DEVICE_BACKEND_AUTOLOAD=0 .venv/bin/python -m pip wheel -q --no-build-isolation --no-deps -w "$WORK/dist" .)
+  WHEEL="$(ls "$WORK"/dist/stragg-*.whl)"
+fi
 
 echo "check_installed: fresh venv with $TORCH_PIN and $(basename "$WHEEL")"
 rm -rf "$WORK/venv"

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Sets up a fresh machine for stragg: system packages, a virtual environment in .venv with
-# torch==2.13.0 (CPU) and the test tools, and an editable build of stragg against that torch.
+# torch==2.13.0 (CPU) and the test tools, and stragg built against that torch and installed
+# from its wheel (STRAGG_EDITABLE=1: editable).
 # Idempotent: re-running only rebuilds what changed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -58,6 +59,20 @@ fi
 if command -v nvcc >/dev/null 2>&1; then
   "$PY" -m pip install -q "nvidia-nccl-cu13==2.32.3"
 fi
-# --no-build-isolation: build against the torch installed above instead of fetching another.
-"$PY" -m pip install -q --no-build-isolation -e .
+# stragg itself, built against the torch installed above (--no-build-isolation: pip would fetch
+# another torch otherwise). By default a wheel (build/wheel/, reused by check_installed.sh) is
+# installed like a user's `pip install .`, so the tests import what users run, from
+# site-packages. STRAGG_EDITABLE=1 installs it editable instead (python/ on the path: edits to
+# Python files need no reinstall). The CMake build under build/ is incremental either way.
+# Autoload off while building: setup.py imports torch, which would load an installed (maybe
+# stale or half-built) stragg through its entry point.
+export TORCH_DEVICE_BACKEND_AUTOLOAD=0
+if [ "${STRAGG_EDITABLE:-0}" = 1 ]; then
+  "$PY" -m pip install -q --no-build-isolation -e .
+else
+  rm -rf build/wheel
+  "$PY" -m pip wheel -q --no-build-isolation --no-deps -w build/wheel .
+  "$PY" -m pip install -q --force-reinstall --no-deps build/wheel/stragg-*.whl
+fi
+unset TORCH_DEVICE_BACKEND_AUTOLOAD
 "$PY" -c "import stragg, stragg._C, torch; print('setup: stragg', stragg.__version__, 'with torch', torch.__version__)"

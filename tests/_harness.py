@@ -1,7 +1,6 @@
 """Multi-process test harness for the stragg torch.distributed backend.
 
-``run_ranks(world_size, fn, *args)`` starts ``world_size`` processes with the multiprocessing
-"spawn" context, gives them a rendezvous (a TCPStore hosted by the calling process on a port the
+``run_ranks(world_size, fn, *args)`` starts ``world_size`` processes, gives them a rendezvous (a TCPStore hosted by the calling process on a port the
 kernel picked, so there is no free-port race), calls ``init_process_group`` in each, runs
 ``fn(rank, world_size, *args)`` and returns what every rank returned or raised.
 
@@ -15,6 +14,12 @@ Guarantees the tests rely on:
 
 The backend name comes from ``STRAGG_TEST_BACKEND`` (default "stragg") so the harness and the tests
 can be validated against plain "gloo".
+
+Processes start from a fork server that has imported torch once (importing torch takes seconds
+per process on 2 cores); each child then takes the parent's whole environment at its start, as a
+spawned one would. Where the environment differs from the server's in anything a process reads
+while importing (anything but STRAGG_*, PYTEST_* and the harness' own variables), the run
+spawns instead.
 
 ``fn`` must be a module-level (picklable) function. Values it returns are pickled with the plain
 ``pickle`` module in the child, so tensors travel by value, never through shared memory.
@@ -407,7 +412,11 @@ def _child_main(
     pg_timeout_s: float,
     destroy: bool,
     conn: Connection,
+    environ: Mapping[str, str] | None = None,
 ) -> None:
+    if environ is not None:  # forked from the server: the parent's environment, as spawn has it
+        os.environ.clear()
+        os.environ.update(environ)
     os.setpgid(0, 0)
     _set_pdeathsig()
     import torch.distributed as dist
@@ -461,6 +470,43 @@ def _child_main(
 # --------------------------------------------------------------------------------------------
 # The parent side
 # --------------------------------------------------------------------------------------------
+
+# The environment the fork server was started with (None: not started yet).
+_SERVER_ENV: dict[str, str] | None = None
+# What a child gets in any case: the harness's defaults.
+_CHILD_DEFAULTS = {"OMP_NUM_THREADS": "1"}
+
+
+def _forkserver_env() -> dict[str, str]:
+    """Starts the fork server (torch imported once) and returns the environment it has."""
+    global _SERVER_ENV
+    if _SERVER_ENV is None:
+        from multiprocessing import forkserver
+
+        ctx = mp.get_context("forkserver")
+        ctx.set_forkserver_preload(["torch", "torch.distributed", "pytest", "_harness"])
+        with _patched_environ(_CHILD_DEFAULTS):
+            forkserver.ensure_running()
+            _SERVER_ENV = dict(os.environ)
+    return _SERVER_ENV
+
+
+def forkserver_pid() -> int | None:
+    """The fork server's pid once started (a long-lived helper of the test process)."""
+    from multiprocessing import forkserver
+
+    pid = getattr(forkserver._forkserver, "_forkserver_pid", None)
+    return pid if isinstance(pid, int) else None
+
+
+def _start_method(env: Mapping[str, str]) -> str:
+    """forkserver when ``env`` differs from the server's only where nothing reads at import."""
+    server = _forkserver_env()
+    own = {RUN_DIR_ENV, BACKEND_ENV, STORE_PORT_ENV, PG_TIMEOUT_ENV}
+    for k in set(env) | set(server):
+        if env.get(k) != server.get(k) and not (k.startswith(("STRAGG_", "PYTEST_")) or k in own):
+            return "spawn"
+    return "forkserver"
 
 
 @contextlib.contextmanager
@@ -520,7 +566,6 @@ def run_ranks(
     )
     tmp = tempfile.mkdtemp(prefix="harness-run-")
     child_env: dict[str, str | None] = {
-        "OMP_NUM_THREADS": "1",
         RUN_DIR_ENV: tmp,
         BACKEND_ENV: backend,
         STORE_PORT_ENV: str(store.port),
@@ -528,7 +573,9 @@ def run_ranks(
     }
     child_env.update(env or {})
 
-    ctx = mp.get_context("spawn")
+    with _patched_environ({**_CHILD_DEFAULTS, **child_env}):
+        method = _start_method(dict(os.environ))
+    ctx = mp.get_context(method)
     procs: list[Any] = []
     stray: list[int] = []
     rank_pids: set[int] = set()
@@ -541,7 +588,8 @@ def run_ranks(
     deadline = t0 + timeout_s
     timed_out = False
     try:
-        with _patched_environ(child_env):
+        with _patched_environ({**_CHILD_DEFAULTS, **child_env}):
+            environ = dict(os.environ) if method == "forkserver" else None
             for rank in range(world_size):
                 reader, writer = ctx.Pipe(duplex=False)
                 p = ctx.Process(
@@ -557,6 +605,7 @@ def run_ranks(
                         pg_timeout_s,
                         destroy,
                         writer,
+                        environ,
                     ),
                     name=f"rank{rank}",
                 )

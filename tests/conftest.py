@@ -57,8 +57,8 @@ def no_leaked_processes_or_shm() -> Iterator[None]:
     children_before = _harness.child_pids()
     yield
     leaked = _harness.wait_shm_clean(shm_before)
-    tracker = _resource_tracker_pid()
-    stray = sorted(_harness.child_pids() - children_before - ({tracker} if tracker else set()))
+    helpers = {_resource_tracker_pid(), _harness.forkserver_pid()}
+    stray = sorted(_harness.child_pids() - children_before - helpers)
     for pid in stray:
         try:
             os.kill(pid, 9)
