@@ -9,7 +9,7 @@ torch.testing._internal.distributed.distributed_test is the suite torch runs on 
 (test/distributed/test_distributed_spawn.py). This runner builds the same test class, with its
 processes forked instead of spawned (the suite's own CPU-backend path, much faster to start),
 runs the selected tests with unittest and reports pass / fail / skip, every skip with its
-reason. tests/test_torch_suite.py runs a focused subset of it in CI; the README has the counts.
+reason. tests/test_torch_suite.py runs a focused subset of it in CI; docs/benchmarks.md has the counts.
 
 Environment: BACKEND, WORLD_SIZE, TEMP_DIR and INIT_METHOD are set here for the suite module
 (it reads them at import); DISTRIBUTED_TESTS_DEFAULT_TIMEOUT (seconds per test, default 90

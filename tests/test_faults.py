@@ -17,7 +17,7 @@ Mismatches, a rank that never calls all_reduce or init, and kill -9 are in
 test_allreduce_faults.py.
 
 STRAGG_FAULT_REPORT=<file> appends one JSON line per observed error (fault, rank, seconds,
-message): what README's "Errors instead of hangs" quotes.
+message): what docs/faults.md quotes.
 """
 
 from __future__ import annotations

@@ -103,7 +103,7 @@ import stragg.integrations.hf as shf
 
 out = {}
 # A fresh TCPStore for every process group below: stragg cannot yet re-create the default group
-# on the store of a destroyed one (same group name, stale keys); see the README.
+# on the store of a destroyed one (same group name, stale keys); see docs/integrations.md.
 os.environ["TORCHELASTIC_USE_AGENT_STORE"] = "False"
 ports = iter(os.environ["TEST_PORTS"].split(","))
 os.environ["MASTER_PORT"] = next(ports)

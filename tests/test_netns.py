@@ -16,7 +16,7 @@ Checks: ranks in different namespaces are not treated as one host (transport is 
 results match a reference and are bitwise identical across ranks, and a rank killed on the other
 host is detected promptly. Faults on the TCP transport: a stopped rank, a mismatch, a cut link
 (policy routing drops one connection), an absent rank and strangers on a rank's port are each
-reported as the README says, naming the right rank or link.
+reported as docs/faults.md says, naming the right rank or link.
 
 Skips (with the reason) when namespaces cannot be created; FAILS then under STRAGG_TEST_REQUIRE=1.
 """

@@ -7,7 +7,7 @@ and 4, through tests/_torch_suite.py (forked ranks; ~1 minute per run on 2 cores
    name, not a capability), run on stragg with the suite told it is Gloo: they must pass, except
    those whose failure is the name itself.
 
-README.md ("torch's distributed test suite") has the counts and the skip reasons.
+docs/benchmarks.md has the counts, docs/integrations.md the skip reasons.
 """
 
 from __future__ import annotations

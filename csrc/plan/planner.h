@@ -1,6 +1,6 @@
 // Chooses the all_reduce schedule per call and lowers it for one rank (no torch here).
 //
-// Policy (Settings::algo / Settings::straggler, see README "Choosing the algorithm"):
+// Policy (Settings::algo / Settings::straggler, see docs/algorithms.md):
 //  * An explicit algorithm (ring, rhd, direct, bcast, stragglar, optcc, rd) always runs; the
 //    straggler-aware ones use the configured straggler (or the last rank when none is set).
 //  * Auto with a straggler for the call (configured, or agreed per call in dynamic mode) runs

@@ -1,6 +1,6 @@
 // The settings table (rows(): one row per STRAGG_* setting with its type, default, accepted
 // values, meaning and parser) and the typed views built from it. Over 500 lines on purpose:
-// the table is the single place every setting is spelled (C++, Python, pg_options, README),
+// the table is the single place every setting is spelled (C++, Python, pg_options, docs/settings.md),
 // and splitting it would spread one list over several files.
 #include "plan/settings.h"
 
@@ -166,7 +166,7 @@ const std::vector<Row>& rows() {
       {{"algo", "STRAGG_ALGO", "choice", "auto", "one of " + algorithm_list(),
         "all_reduce schedule: ring (pipelined Ring), rhd, direct, bcast, stragglar, optcc, rd "
         "(recursive doubling), or "
-        "auto (chosen per call by the planner, see \"Choosing the algorithm\")",
+        "auto (chosen per call by the planner, see docs/algorithms.md)",
         true},
        [](Settings& s, const SettingValue& v, const std::string& a) {
          s.algo = choice_of<Algorithm>(v, kAlgorithmNames, a);
@@ -279,7 +279,7 @@ const std::vector<Row>& rows() {
         "an all_reduce of at least this size writes the data it receives by copying (Ring's "
         "all-gather half) with non-temporal stores: they skip reading the destination from "
         "memory first but leave it out of the caches, a gain once the buffers no longer fit in "
-        "them (see Benchmarks)",
+        "them (see docs/benchmarks.md)",
         false},
        [](Settings& s, const SettingValue& v, const std::string& a) {
          s.streaming_bytes = size_of(v, 0, a);

@@ -5,7 +5,7 @@
 // The same table serves the environment (STRAGG_*), Python (stragg.set_policy,
 // stragg.profiler.configure) and torch's backend options (init_process_group(pg_options=...)):
 // Python collects raw text per key, parse_settings() turns it into a Settings or raises a
-// SettingsError naming where the value came from, the value, and what is accepted. README's
+// SettingsError naming where the value came from, the value, and what is accepted. docs/settings.md's
 // table of environment variables is checked against this table by the tests.
 #pragma once
 

@@ -88,7 +88,7 @@ def debug_level() -> str:
 
 
 def settings_markdown() -> str:
-    """README's table of environment variables, generated from the settings table."""
+    """docs/settings.md's table of environment variables, generated from the settings table."""
     lines = [
         "| variable | default | accepted | must match | meaning |",
         "|---|---|---|---|---|",

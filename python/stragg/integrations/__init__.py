@@ -10,7 +10,7 @@ import only the one you need (it raises ImportError naming the package when it i
 - ``stragg.integrations.torchft``: ``ProcessGroupStragg``, a reconfigurable process group for
   torchft's ``Manager`` (fault-tolerant replica groups).
 
-See the README's "Integrations" section and examples/.
+See docs/integrations.md and examples/.
 """
 
 from __future__ import annotations
