@@ -1,8 +1,9 @@
 """Multi-process test harness for the stragg torch.distributed backend.
 
-``run_ranks(world_size, fn, *args)`` starts ``world_size`` processes, gives them a rendezvous (a TCPStore hosted by the calling process on a port the
-kernel picked, so there is no free-port race), calls ``init_process_group`` in each, runs
-``fn(rank, world_size, *args)`` and returns what every rank returned or raised.
+``run_ranks(world_size, fn, *args)`` starts ``world_size`` processes, gives them a rendezvous
+(a TCPStore hosted by the calling process on a port the kernel picked, so there is no free-port
+race), calls ``init_process_group`` in each, runs ``fn(rank, world_size, *args)`` and returns
+what every rank returned or raised.
 
 Guarantees the tests rely on:
 - pytest never hangs: a global deadline kills every child (and its process group) and raises
@@ -205,11 +206,16 @@ def shm_entries(marker: str = SHM_MARKER) -> set[str]:
     return {n for n in names if marker.lower() in n.lower()}
 
 
-def wait_shm_clean(before: set[str], grace_s: float = 3.0) -> list[str]:
-    """New /dev/shm entries (vs ``before``) still present after ``grace_s`` seconds."""
+def wait_shm_clean(
+    before: set[str], grace_s: float = 3.0, keep: Callable[[set[str]], set[str]] | None = None
+) -> list[str]:
+    """New /dev/shm entries (vs ``before``; only those ``keep`` returns) still present after
+    ``grace_s`` seconds."""
     deadline = time.monotonic() + grace_s
     while True:
         new = shm_entries() - before
+        if keep is not None:
+            new = keep(new)
         if not new or time.monotonic() >= deadline:
             return sorted(new)
         time.sleep(0.1)
@@ -230,6 +236,37 @@ def _attributable(names: Iterable[str], pids: Iterable[int]) -> list[str]:
         if m is None or int(m.group(1)) in wanted:
             out.append(n)
     return sorted(out)
+
+
+# Every rank process run_ranks started in this test process (their segments are this run's).
+STARTED_PIDS: set[int] = set()
+
+
+def own_entries(names: set[str]) -> set[str]:
+    """The entries this test process made: named by no pid, by this process, by a rank that
+    run_ranks started, or by a live descendant (a torchrun job's rank). Another user's run on
+    the same machine is not this test's leak."""
+    me = os.getpid()
+    out = set()
+    for n in names:
+        m = _SHM_PID.search(n)
+        pid = int(m.group(1)) if m else None
+        if pid is None or pid == me or pid in STARTED_PIDS or _descends_from(pid, me):
+            out.add(n)
+    return out
+
+
+def _descends_from(pid: int, ancestor: int) -> bool:
+    for _ in range(64):
+        st = _proc_stat(pid)
+        if st is None:
+            return False
+        if st[0] == ancestor:
+            return True
+        if st[0] <= 1:
+            return False
+        pid = st[0]
+    return False
 
 
 def _proc_stat(pid: int) -> tuple[int, int, str] | None:
@@ -643,6 +680,7 @@ def run_ranks(
     finally:
         hung = [r for r, p in enumerate(procs) if p.is_alive()]
         rank_pids = {p.pid for p in procs if p.pid is not None}
+        STARTED_PIDS.update(rank_pids)
         # Anything else still alive in a rank's process group was started by that rank and
         # survived it (or it would die with the group below): a stray.
         stray = [pid for pid in processes_in_groups(rank_pids) if pid not in rank_pids]

@@ -302,7 +302,7 @@ def test_tcp_cut_link_is_named_by_every_rank(two_hosts: Any) -> None:
     try:
         _cut_link(two_hosts, PORT_BASE + 2)  # rank 3 connects to rank 2's port, nobody else
     except (subprocess.CalledProcessError, OSError) as exc:
-        pytest.skip(f"policy routing (ip rule ipproto/dport) unavailable: {exc}")
+        _emu.cannot(f"policy routing (ip rule ipproto/dport) unavailable: {exc}")
     finally:
         open(os.path.join(two_hosts.workdir, "go"), "w").close()
     results, logs = _collect(started)
@@ -346,7 +346,7 @@ def test_tcp_strays_during_setup_are_dropped(two_hosts: Any) -> None:
     try:
         _blackhole(cluster, 0, f"to {b.addr} ipproto tcp sport {PORT_BASE}", prio)
     except (subprocess.CalledProcessError, OSError) as exc:
-        pytest.skip(f"policy routing (ip rule ipproto/sport) unavailable: {exc}")
+        _emu.cannot(f"policy routing (ip rule ipproto/sport) unavailable: {exc}")
     out = os.path.join(two_hosts.workdir, "intruder.json")
     argv = [sys.executable, INTRUDER_SCRIPT, a.addr, str(PORT_BASE), str(prio), out]
     intruder = cluster.launch([ProcSpec("intruder", 0, argv, cluster.env(0))], output=None)

@@ -106,13 +106,16 @@ def test_suite_as_torch_runs_it(tmp_path: Path, world_size: int) -> None:
         if name in failures:
             assert text in failures[name], failures[name][-1500:]
     assert summary["pass"] >= MIN_PASSES, summary
-    assert summary["total"] == summary["pass"] + summary["fail"] + summary["skip"]
+    # Every test of torch's suite (285 in torch 2.13.0) reached an outcome, none "errored".
+    assert summary["total"] >= 280, summary
+    assert summary["total"] == summary["pass"] + summary["fail"] + summary["skip"], summary
     tests = result["tests"]
-    for core in ("test_all_reduce_sum", "test_all_reduce_sum_async", "test_all_reduce_complex",
+    for core in ("test_all_reduce_sum", "test_all_reduce_sum_async", "test_all_reduce_sum_complex",
+                 "test_all_reduce_max", "test_all_reduce_min", "test_all_reduce_product",
                  "test_all_reduce_full_group_sum", "test_broadcast", "test_all_gather",
-                 "test_reduce_scatter_tensor", "test_barrier"):  # fmt: skip
-        if core in tests:
-            assert tests[core]["outcome"] == "pass", (core, tests[core])
+                 "test_barrier", "test_barrier_full_group"):  # fmt: skip
+        assert core in tests, (core, sorted(tests)[:20])
+        assert tests[core]["outcome"] == "pass", (core, tests[core])
 
 
 @pytest.mark.parametrize("world_size", [2, 4])
