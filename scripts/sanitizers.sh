@@ -3,9 +3,9 @@
 # runnable alone after scripts/setup.sh):
 #   - AddressSanitizer + UndefinedBehaviorSanitizer (leak checks on): every suite of csrc/core,
 #     plan, runtime, transport, session and the host GPU layer. Any report fails the run.
-#   - ThreadSanitizer: the transports, the worker, the session and the executor (the code with
-#     threads). Tests that fork a stopped child are left out: TSan does not support fork() in a
-#     multi-threaded process.
+#   - ThreadSanitizer: the transports, the worker, the sessions, the executor and the host GPU
+#     executor (the code with threads). Tests that fork a stopped child are left out: TSan does
+#     not support fork() in a multi-threaded process.
 # STRAGG_SANITIZERS=asan or tsan runs one of the two; benchmarks (Bench*) never run here.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -26,7 +26,8 @@ fi
 if [[ $WHICH == *tsan* ]]; then
   echo "== C++ tests of the threaded layers under ThreadSanitizer =="
   TSAN_TARGETS=(test_shm_transport test_tcp_transport test_mixed_transport test_serial_worker
-    test_session test_executor test_oneshot)
+    test_session test_mixed_session test_executor test_oneshot test_host_gpu_executor
+    test_host_gpu_faults)
   cmake -S . -B build/tsan "${COMMON[@]}" -DSTRAGG_SANITIZE=thread >/dev/null
   cmake --build build/tsan -j "$JOBS" --target "${TSAN_TARGETS[@]}"
   export TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1:suppressions=$PWD/tests/cpp/tsan.supp"

@@ -56,5 +56,5 @@ fi
 phase "Python tests"
 MARK=()
 [ $QUICK = 1 ] && MARK=(-m "not slow")
-STRAGG_TEST_REQUIRE=1 .venv/bin/python -m pytest tests "${MARK[@]}" "$@"
+STRAGG_TEST_REQUIRE=1 .venv/bin/python -m pytest tests --durations=15 "${MARK[@]}" "$@"
 phase "done"
