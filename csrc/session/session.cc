@@ -2,8 +2,8 @@
 
 #include <sstream>
 
-#include "runtime/error.h"
-#include "runtime/log.h"
+#include "common/error.h"
+#include "common/log.h"
 #include "plan/wait_or_proceed.h"
 #include "runtime/reduce.h"
 #include "session/group_setup.h"

@@ -16,8 +16,8 @@
 #include <tuple>
 #include <vector>
 
+#include "common/error.h"
 #include "plan/planner.h"
-#include "runtime/error.h"
 #include "runtime/executor.h"
 #include "test_util.h"
 #include "transport/mixed/host_layout.h"

@@ -13,7 +13,7 @@
 #include <thread>
 #include <vector>
 
-#include "runtime/error.h"
+#include "common/error.h"
 #include "session/session.h"
 #include "test_util.h"
 

@@ -9,8 +9,8 @@
 #include <string>
 #include <vector>
 
-#include "runtime/error.h"
-#include "runtime/host_identity.h"
+#include "common/error.h"
+#include "common/host_identity.h"
 #include "test_util.h"
 #include "transport/shm/shm_transport.h"
 #include "transport_checks.h"

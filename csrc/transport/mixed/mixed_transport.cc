@@ -5,7 +5,7 @@
 #include <algorithm>
 #include <utility>
 
-#include "runtime/error.h"
+#include "common/error.h"
 #include "transport/common.h"
 #include "transport/mixed/wait_bridge.h"
 

@@ -47,7 +47,7 @@
 #include <string>
 #include <vector>
 
-#include "runtime/rendezvous.h"
+#include "common/rendezvous.h"
 #include "transport/group_transport.h"
 #include "transport/mixed/host_layout.h"
 #include "transport/shm/shm_transport.h"

@@ -7,8 +7,8 @@
 #include <random>
 #include <sstream>
 
-#include "runtime/error.h"
-#include "runtime/host_identity.h"
+#include "common/error.h"
+#include "common/host_identity.h"
 #include "transport/common.h"
 #include "transport/shm/arrival_board.h"
 #include "transport/shm/channel.h"

@@ -16,7 +16,7 @@
 #include <string>
 #include <vector>
 
-#include "runtime/rendezvous.h"
+#include "common/rendezvous.h"
 #include "transport/group_transport.h"
 #include "transport/transport.h"
 

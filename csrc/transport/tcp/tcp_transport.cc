@@ -2,7 +2,7 @@
 
 #include <algorithm>
 
-#include "runtime/error.h"
+#include "common/error.h"
 #include "transport/common.h"
 #include "transport/tcp/control.h"
 #include "transport/tcp/data_connection.h"

@@ -39,7 +39,7 @@
 #include <thread>
 #include <vector>
 
-#include "runtime/rendezvous.h"
+#include "common/rendezvous.h"
 #include "transport/group_transport.h"
 #include "transport/transport.h"
 
