@@ -29,7 +29,7 @@
 #include <string>
 #include <vector>
 
-#include "runtime/rendezvous.h"
+#include "common/rendezvous.h"
 #include "test_util.h"
 #include "transport/mixed/mixed_transport.h"
 #include "transport/shm/shm_transport.h"

@@ -5,7 +5,7 @@
 
 #include <string>
 
-#include "runtime/error.h"
+#include "common/error.h"
 
 namespace stragg::gpu {
 

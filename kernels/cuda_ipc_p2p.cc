@@ -10,9 +10,9 @@
 #include <random>
 #include <sstream>
 
+#include "common/error.h"
 #include "kernels/cuda_check.h"
 #include "kernels/cuda_device.h"
-#include "runtime/error.h"
 
 namespace stragg::gpu {
 namespace {

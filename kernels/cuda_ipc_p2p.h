@@ -20,8 +20,8 @@
 #include <string>
 #include <vector>
 
+#include "common/rendezvous.h"
 #include "kernels/staged_p2p.h"
-#include "runtime/rendezvous.h"
 
 namespace stragg::gpu {
 

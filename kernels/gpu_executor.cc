@@ -5,8 +5,8 @@
 #include <thread>
 #include <vector>
 
+#include "common/error.h"
 #include "runtime/dtype.h"
-#include "runtime/error.h"
 
 namespace stragg::gpu {
 namespace {

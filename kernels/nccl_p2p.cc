@@ -7,8 +7,8 @@
 #include <sstream>
 #include <thread>
 
+#include "common/error.h"
 #include "kernels/cuda_check.h"
-#include "runtime/error.h"
 
 namespace stragg::gpu {
 namespace {

@@ -4,7 +4,7 @@
 // hang the host: initialisation and every group are polled with ncclCommGetAsyncError until they
 // leave ncclInProgress, with a deadline; on timeout or error the communicator is aborted
 // (ncclCommAbort) and stragg::Error / TimeoutError is thrown, naming the rank.
-// The ncclUniqueId goes through a Rendezvous (csrc/runtime/rendezvous.h): rank 0 publishes it.
+// The ncclUniqueId goes through a Rendezvous (csrc/common/rendezvous.h): rank 0 publishes it.
 #pragma once
 
 #include <nccl.h>
@@ -14,8 +14,8 @@
 #include <optional>
 #include <string>
 
+#include "common/rendezvous.h"
 #include "kernels/gpu_p2p.h"
-#include "runtime/rendezvous.h"
 
 namespace stragg::gpu {
 

@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <string>
 
-#include "runtime/error.h"
+#include "common/error.h"
 #include "runtime/reduce.h"
 
 namespace stragg::gpu {

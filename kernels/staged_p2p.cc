@@ -5,7 +5,7 @@
 #include <sstream>
 #include <thread>
 
-#include "runtime/error.h"
+#include "common/error.h"
 
 namespace stragg::gpu {
 namespace {

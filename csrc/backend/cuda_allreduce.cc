@@ -41,8 +41,8 @@
 #ifdef STRAGG_BACKEND_NCCL
 #include "kernels/nccl_p2p.h"
 #endif
+#include "common/error.h"
 #include "runtime/dtype.h"
-#include "runtime/error.h"
 #include "session/session.h"
 
 namespace stragg {

@@ -9,8 +9,8 @@
 #include <exception>
 #include <string>
 
+#include "common/error.h"
 #include "plan/settings.h"
-#include "runtime/error.h"
 
 namespace stragg {
 

@@ -6,7 +6,7 @@
 
 #include "backend/dist_error.h"
 #include "backend/stragg_backend.h"
-#include "runtime/log.h"
+#include "common/log.h"
 
 namespace py = pybind11;
 

@@ -11,8 +11,8 @@
 #include <string>
 #include <torch/csrc/distributed/c10d/Store.hpp>
 
-#include "runtime/error.h"
-#include "runtime/rendezvous.h"
+#include "common/error.h"
+#include "common/rendezvous.h"
 
 namespace stragg {
 

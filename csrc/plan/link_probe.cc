@@ -4,7 +4,7 @@
 #include <cmath>
 #include <string>
 
-#include "runtime/error.h"
+#include "common/error.h"
 
 namespace stragg {
 

@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <map>
 
-#include "runtime/error.h"
+#include "common/error.h"
 
 namespace stragg {
 namespace {

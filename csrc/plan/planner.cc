@@ -4,11 +4,11 @@
 #include <cmath>
 #include <sstream>
 
+#include "common/error.h"
 #include "core/generators.h"
 #include "core/simulator.h"
 #include "core/verifier.h"
 #include "plan/lower.h"
-#include "runtime/error.h"
 
 namespace stragg {
 namespace {

@@ -15,10 +15,10 @@
 #include <utility>
 #include <vector>
 
+#include "common/error.h"
 #include "core/algorithm.h"
 #include "plan/link_model.h"
 #include "plan/straggler_profiler.h"
-#include "runtime/error.h"
 
 namespace stragg {
 

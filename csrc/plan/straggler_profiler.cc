@@ -7,8 +7,8 @@
 #include <locale>
 #include <sstream>
 
+#include "common/error.h"
 #include "core/closed_forms.h"
-#include "runtime/error.h"
 
 namespace stragg {
 

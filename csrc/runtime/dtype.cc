@@ -3,7 +3,7 @@
 
 #include <string>
 
-#include "runtime/error.h"
+#include "common/error.h"
 
 namespace stragg {
 

@@ -6,7 +6,7 @@
 #include <sstream>
 #include <vector>
 
-#include "runtime/error.h"
+#include "common/error.h"
 
 namespace stragg {
 namespace {

@@ -5,7 +5,7 @@
 #include <string>
 #include <vector>
 
-#include "runtime/error.h"
+#include "common/error.h"
 #include "runtime/executor.h"
 #include "runtime/mismatch.h"
 #include "runtime/reduce.h"

@@ -15,8 +15,8 @@
 #include <cstring>
 #include <string>
 
+#include "common/error.h"
 #include "runtime/dtype_float16.h"
-#include "runtime/error.h"
 #include "runtime/reduce_loops.h"
 #include "runtime/reduce_ops.h"
 

@@ -4,7 +4,7 @@
 #include <deque>
 #include <sstream>
 
-#include "runtime/error.h"
+#include "common/error.h"
 
 namespace stragg {
 namespace {

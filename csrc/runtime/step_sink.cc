@@ -4,7 +4,7 @@
 #include <sstream>
 #include <vector>
 
-#include "runtime/error.h"
+#include "common/error.h"
 #include "runtime/mismatch.h"
 #include "runtime/reduce.h"
 #include "runtime/streaming_copy.h"

@@ -5,8 +5,8 @@
 #include <iomanip>
 #include <sstream>
 
+#include "common/log.h"
 #include "plan/link_probe.h"
-#include "runtime/log.h"
 
 namespace stragg {
 namespace {

@@ -6,9 +6,9 @@
 #include <thread>
 #include <vector>
 
-#include "runtime/error.h"
-#include "runtime/host_identity.h"
-#include "runtime/log.h"
+#include "common/error.h"
+#include "common/host_identity.h"
+#include "common/log.h"
 #include "transport/mixed/host_layout.h"
 #include "transport/mixed/mixed_transport.h"
 #include "transport/shm/shm_transport.h"

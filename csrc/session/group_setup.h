@@ -14,8 +14,8 @@
 #include <string>
 #include <vector>
 
+#include "common/rendezvous.h"
 #include "plan/settings.h"
-#include "runtime/rendezvous.h"
 #include "transport/transport.h"
 
 namespace stragg {

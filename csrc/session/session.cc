@@ -2,14 +2,11 @@
 
 #include <sstream>
 
-#include "runtime/error.h"
-#include "runtime/log.h"
+#include "common/error.h"
+#include "common/log.h"
 #include "plan/wait_or_proceed.h"
 #include "runtime/reduce.h"
 #include "session/group_setup.h"
-#include "transport/mixed/peer_stats.h"
-#include "transport/shm/shm_transport.h"
-#include "transport/tcp/tcp_transport.h"
 
 namespace stragg {
 namespace {
@@ -453,15 +450,9 @@ std::map<std::string, int64_t> Session::stats() const {
   s["last_straggler"] = last_straggler_.load();
   s["rank"] = opt_.rank;
   s["size"] = opt_.size;
-  if (auto* shm = dynamic_cast<ShmTransport*>(transport_.get())) {
-    s["shm_slot_bytes"] = static_cast<int64_t>(shm->options().slot_bytes);
-    s["shm_slots"] = static_cast<int64_t>(shm->options().num_slots);
-    s["oneshot_bytes"] = static_cast<int64_t>(shm->options().oneshot_bytes);
+  if (transport_) {
+    for (const auto& [name, value] : transport_->stats()) s[name] = value;
   }
-  if (auto* tcp = dynamic_cast<TcpTransport*>(transport_.get())) {
-    s["tcp_staging_bytes"] = static_cast<int64_t>(tcp->options().staging_bytes);
-  }
-  add_peer_transport_stats(transport_.get(), s);
   return s;
 }
 

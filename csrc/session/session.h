@@ -21,11 +21,11 @@
 #include <string>
 #include <vector>
 
+#include "common/rendezvous.h"
 #include "plan/planner.h"
 #include "plan/settings.h"
 #include "runtime/dtype.h"
 #include "runtime/executor.h"
-#include "runtime/rendezvous.h"
 #include "session/call_record.h"
 #include "session/group_profiler.h"
 #include "session/serial_worker.h"

@@ -3,7 +3,7 @@
 #include <cstring>
 #include <sstream>
 
-#include "runtime/rendezvous.h"
+#include "common/rendezvous.h"
 
 namespace stragg::transport {
 

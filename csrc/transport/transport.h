@@ -14,6 +14,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -150,6 +151,11 @@ struct PeerStatus {
   std::vector<int> cannot_hear;  // peers this peer reported it does not hear (a link down)
 };
 
+// Named counters a transport reports for backend_stats (Session::stats): its buffer sizes and
+// what carries messages to each peer (transport/mixed/peer_stats.h). The names are the keys
+// Python's backend_stats shows.
+using TransportStats = std::map<std::string, int64_t>;
+
 class Transport {
  public:
   virtual ~Transport() = default;
@@ -198,6 +204,9 @@ class Transport {
   // Buffers for the one-shot all_reduce, or nullptr if this transport has none (every rank
   // must then be reachable through memory: shm).
   virtual OneshotArea* oneshot_area() { return nullptr; }
+
+  // Its counters for backend_stats (see TransportStats); none unless the transport has some.
+  virtual TransportStats stats() const { return {}; }
 };
 
 }  // namespace stragg

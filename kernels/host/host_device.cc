@@ -9,8 +9,8 @@
 #include <optional>
 #include <thread>
 
+#include "common/error.h"
 #include "kernels/reduce_launch.h"
-#include "runtime/error.h"
 
 namespace stragg::gpu::host {
 

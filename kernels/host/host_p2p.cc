@@ -4,7 +4,7 @@
 #include <cstring>
 #include <sstream>
 
-#include "runtime/error.h"
+#include "common/error.h"
 
 namespace stragg::gpu::host {
 

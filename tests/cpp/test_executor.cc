@@ -6,11 +6,11 @@
 #include <string>
 #include <vector>
 
-#include "runtime/error.h"
-#include "runtime/executor.h"
+#include "common/error.h"
 #include "plan/planner.h"
-#include "transport/shm/shm_transport.h"
+#include "runtime/executor.h"
 #include "test_util.h"
+#include "transport/shm/shm_transport.h"
 #include "transport_checks.h"
 
 namespace stragg {

@@ -12,10 +12,10 @@
 #include <tuple>
 #include <vector>
 
+#include "common/error.h"
 #include "host_gpu_util.h"
 #include "plan/planner.h"
 #include "runtime/dtype_float16.h"
-#include "runtime/error.h"
 #include "runtime/reduce.h"
 
 namespace stragg::gpu {

@@ -9,9 +9,9 @@
 #include <string>
 #include <vector>
 
+#include "common/error.h"
 #include "host_gpu_util.h"
 #include "plan/planner.h"
-#include "runtime/error.h"
 
 namespace stragg::gpu {
 namespace {

@@ -6,8 +6,8 @@
 #include <set>
 #include <vector>
 
+#include "common/error.h"
 #include "plan/link_probe.h"
-#include "runtime/error.h"
 
 namespace stragg {
 namespace {

@@ -1,5 +1,5 @@
 // Group setup picks the transport from the host layout (group_setup.cc), tested with sessions
-// whose rank threads play several hosts (runtime/host_identity.h: ScopedHostIdentity) and talk
+// whose rank threads play several hosts (common/host_identity.h: ScopedHostIdentity) and talk
 // TCP over 127.0.0.1: shm on one host, TCP when every rank is alone on its host, the mixed
 // transport otherwise; forcing values and their errors; the per-peer stats; the dynamic
 // straggler on a store board (the mixed transport has none).
@@ -15,9 +15,9 @@
 #include <thread>
 #include <vector>
 
+#include "common/error.h"
+#include "common/host_identity.h"
 #include "plan/link_probe.h"
-#include "runtime/error.h"
-#include "runtime/host_identity.h"
 #include "session/session.h"
 #include "test_util.h"
 

@@ -16,8 +16,8 @@
 #include <tuple>
 #include <vector>
 
+#include "common/error.h"
 #include "plan/planner.h"
-#include "runtime/error.h"
 #include "runtime/executor.h"
 #include "test_util.h"
 #include "transport/mixed/host_layout.h"
@@ -131,8 +131,7 @@ TEST(MixedTransport, RoutesLocalPeersToShmAndRemoteOnesToTcpAndLeaksNothing) {
     EXPECT_EQ(t0.tcp().size(), 5);
     EXPECT_TRUE(t0.supports_recv_limit());  // shm and TCP both honour RecvOp::limit
     for (auto& t : ts) EXPECT_TRUE(t->dead_peers().empty());
-    std::map<std::string, int64_t> stats;
-    add_peer_transport_stats(ts[3].get(), stats);
+    TransportStats stats = ts[3]->stats();
     EXPECT_EQ(stats["peer_transport.1"], kPeerViaShm);
     EXPECT_EQ(stats["peer_transport.0"], kPeerViaTcp);
     EXPECT_EQ(stats["shm_peers"], 1);

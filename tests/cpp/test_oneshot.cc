@@ -10,8 +10,8 @@
 #include <thread>
 #include <vector>
 
+#include "common/error.h"
 #include "plan/planner.h"
-#include "runtime/error.h"
 #include "runtime/executor.h"
 #include "runtime/reduce.h"
 #include "test_util.h"

@@ -5,9 +5,9 @@
 #include <map>
 #include <memory>
 
+#include "common/error.h"
 #include "core/generators.h"
 #include "plan/planner.h"
-#include "runtime/error.h"
 
 namespace stragg {
 namespace {

@@ -15,8 +15,8 @@
 #include <type_traits>
 #include <vector>
 
+#include "common/error.h"
 #include "runtime/dtype.h"
-#include "runtime/error.h"
 #include "runtime/reduce.h"
 
 // Test hooks defined in csrc/runtime/reduce.cc. isa 0 = portable, 1 = AVX2+F16C (x86 only).

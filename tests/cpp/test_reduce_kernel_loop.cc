@@ -13,10 +13,10 @@
 #include <string>
 #include <vector>
 
+#include "common/error.h"
 #include "kernels/host/host_kernels.h"
 #include "kernels/reduce_launch.h"
 #include "runtime/dtype.h"
-#include "runtime/error.h"
 #include "runtime/reduce.h"
 
 namespace stragg::gpu {

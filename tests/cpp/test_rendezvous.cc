@@ -7,8 +7,8 @@
 #include <set>
 #include <string>
 
-#include "runtime/error.h"
-#include "runtime/rendezvous.h"
+#include "common/error.h"
+#include "common/rendezvous.h"
 
 namespace stragg {
 namespace {

@@ -12,13 +12,13 @@
 #include <tuple>
 #include <vector>
 
+#include "common/error.h"
 #include "core/generators.h"
 #include "plan/lower.h"
 #include "plan/planner.h"
-#include "runtime/error.h"
 #include "runtime/executor.h"
-#include "transport/shm/shm_transport.h"
 #include "test_util.h"
+#include "transport/shm/shm_transport.h"
 
 namespace stragg {
 namespace {

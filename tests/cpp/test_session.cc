@@ -13,7 +13,7 @@
 #include <thread>
 #include <vector>
 
-#include "runtime/error.h"
+#include "common/error.h"
 #include "session/session.h"
 #include "test_util.h"
 
@@ -87,7 +87,12 @@ TEST(Session, SumAndMaxMatchTheReferenceAndAreBitwiseIdentical) {
     bufs.push_back(mx);
     out[r] = bufs;
     records[r] = s.recent_calls();
-    EXPECT_EQ(s.stats()["allreduce_calls"], static_cast<int64_t>(sizes.size() + 1));
+    auto stats = s.stats();
+    EXPECT_EQ(stats["allreduce_calls"], static_cast<int64_t>(sizes.size() + 1));
+    // The transport's own counters (Transport::stats) are part of the session's.
+    EXPECT_GT(stats["shm_slot_bytes"], 0);
+    EXPECT_EQ(stats["shm_peers"], n - 1);
+    EXPECT_EQ(stats["tcp_peers"], 0);
   });
   for (size_t c = 0; c < sizes.size(); ++c) {
     for (size_t i = 0; i < sizes[c]; ++i) {

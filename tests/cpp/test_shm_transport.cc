@@ -9,9 +9,10 @@
 #include <string>
 #include <vector>
 
-#include "runtime/error.h"
-#include "runtime/host_identity.h"
+#include "common/error.h"
+#include "common/host_identity.h"
 #include "test_util.h"
+#include "transport/mixed/peer_stats.h"
 #include "transport/shm/shm_transport.h"
 #include "transport_checks.h"
 
@@ -54,6 +55,20 @@ TEST(ShmTransport, SetupLeavesNothingInDevShm) {
   auto ts = testing::make_group(rdv, 3, shm_maker());
   EXPECT_EQ(count_stragg_shm_entries(), before);
   for (auto& t : ts) EXPECT_STREQ(t->name(), "shm");
+}
+
+TEST(ShmTransport, StatsNameItsStagingAndEveryPeerViaShm) {
+  InMemoryRendezvous rdv;
+  auto ts = testing::make_group(rdv, 3, shm_maker(tiny_ring()));
+  TransportStats stats = ts[1]->stats();
+  EXPECT_EQ(stats["shm_slot_bytes"], 4096);
+  EXPECT_EQ(stats["shm_slots"], 2);
+  EXPECT_EQ(stats.count("oneshot_bytes"), 1u);
+  EXPECT_EQ(stats["peer_transport.0"], kPeerViaShm);
+  EXPECT_EQ(stats["peer_transport.2"], kPeerViaShm);
+  EXPECT_EQ(stats.count("peer_transport.1"), 0u);
+  EXPECT_EQ(stats["shm_peers"], 2);
+  EXPECT_EQ(stats["tcp_peers"], 0);
 }
 
 TEST(ShmTransport, SetupTimesOutNamingTheMissingRanksAndLeavesNothingBehind) {

@@ -9,9 +9,9 @@
 #include <string>
 #include <vector>
 
+#include "common/error.h"
 #include "core/closed_forms.h"
 #include "plan/straggler_profiler.h"
-#include "runtime/error.h"
 
 namespace stragg {
 namespace {

@@ -24,10 +24,11 @@
 #include <thread>
 #include <vector>
 
+#include "common/error.h"
 #include "plan/planner.h"
-#include "runtime/error.h"
 #include "runtime/executor.h"
 #include "test_util.h"
+#include "transport/mixed/peer_stats.h"
 #include "transport/tcp/handshake.h"
 #include "transport/tcp/tcp_transport.h"
 #include "transport_checks.h"
@@ -110,6 +111,19 @@ TEST(TcpTransport, SetupConnectsEveryPairAndLeaksNoFds) {
     EXPECT_EQ(count_open_fds(), before + 4 * 3 * 2 + 4);
   }
   EXPECT_EQ(count_open_fds(), before);
+}
+
+TEST(TcpTransport, StatsNameItsStagingAndEveryPeerViaTcp) {
+  InMemoryRendezvous rdv;
+  auto ts = testing::make_group(rdv, 3, tcp_maker());
+  TransportStats stats = ts[0]->stats();
+  EXPECT_EQ(stats["tcp_staging_bytes"],
+            static_cast<int64_t>(static_cast<TcpTransport&>(*ts[0]).options().staging_bytes));
+  EXPECT_EQ(stats["peer_transport.1"], kPeerViaTcp);
+  EXPECT_EQ(stats["peer_transport.2"], kPeerViaTcp);
+  EXPECT_EQ(stats.count("peer_transport.0"), 0u);
+  EXPECT_EQ(stats["shm_peers"], 0);
+  EXPECT_EQ(stats["tcp_peers"], 2);
 }
 
 TEST(TcpTransport, SingleRankNeedsNoPeers) {

@@ -17,7 +17,7 @@
 #include <thread>
 #include <vector>
 
-#include "runtime/rendezvous.h"
+#include "common/rendezvous.h"
 
 namespace stragg::testing {
 

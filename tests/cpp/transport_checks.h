@@ -28,8 +28,8 @@
 #include <thread>
 #include <vector>
 
+#include "common/error.h"
 #include "plan/planner.h"
-#include "runtime/error.h"
 #include "runtime/executor.h"
 #include "test_util.h"
 #include "transport/transport.h"

@@ -20,7 +20,7 @@
 #include <thread>
 #include <vector>
 
-#include "runtime/rendezvous.h"
+#include "common/rendezvous.h"
 
 // Skips the test without a GPU, or fails it when STRAGG_TEST_REQUIRE=1 (the GPU machine's run of
 // tests/gpu/run_gpu_checks.sh: a check that silently skipped there would pass without running).

@@ -15,13 +15,13 @@
 #include <tuple>
 #include <vector>
 
+#include "common/error.h"
+#include "common/rendezvous.h"
 #include "gpu_test_util.h"
 #include "kernels/cuda_check.h"
 #include "kernels/cuda_ipc_p2p.h"
 #include "kernels/gpu_executor.h"
 #include "plan/planner.h"
-#include "runtime/error.h"
-#include "runtime/rendezvous.h"
 #if STRAGG_TEST_NCCL
 #include "kernels/nccl_p2p.h"
 #endif

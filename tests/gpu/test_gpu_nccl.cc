@@ -7,11 +7,11 @@
 #include <vector>
 
 #include "../cpp/test_util.h"
+#include "common/error.h"
 #include "gpu_test_util.h"
 #include "kernels/cuda_check.h"
 #include "kernels/gpu_executor.h"
 #include "kernels/nccl_p2p.h"
-#include "runtime/error.h"
 
 namespace stragg::gpu {
 namespace {

@@ -9,10 +9,10 @@
 #include <string>
 #include <vector>
 
+#include "common/error.h"
 #include "gpu_test_util.h"
 #include "kernels/reduce_kernels.h"
 #include "runtime/dtype.h"
-#include "runtime/error.h"
 #include "runtime/reduce.h"
 
 namespace stragg::gpu {

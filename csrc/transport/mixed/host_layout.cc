@@ -2,7 +2,7 @@
 
 #include <map>
 
-#include "runtime/error.h"
+#include "common/error.h"
 
 namespace stragg {
 

@@ -1,5 +1,5 @@
 // Which ranks of a group share a host, worked out identically on every rank from every rank's
-// host identity (runtime/host_identity.h, exchanged at setup). Hosts are numbered in the order
+// host identity (common/host_identity.h, exchanged at setup). Hosts are numbered in the order
 // of their lowest rank; the ranks of one host, in ascending order, get local ranks 0..k-1, the
 // numbering of that host's shared-memory sub-group in the mixed transport.
 #pragma once

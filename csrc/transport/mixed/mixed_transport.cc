@@ -5,8 +5,9 @@
 #include <algorithm>
 #include <utility>
 
-#include "runtime/error.h"
+#include "common/error.h"
 #include "transport/common.h"
+#include "transport/mixed/peer_stats.h"
 #include "transport/mixed/wait_bridge.h"
 
 namespace stragg {
@@ -120,6 +121,16 @@ uint64_t MixedTransport::relayed_wakeups() const { return bridge_ ? bridge_->rel
 uint64_t MixedTransport::helper_handbacks() const { return bridge_ ? bridge_->handbacks() : 0; }
 
 int MixedTransport::helper_thread_id() const { return bridge_ ? bridge_->thread_id() : 0; }
+
+TransportStats MixedTransport::stats() const {
+  TransportStats s;
+  add_peer_transport_stats(rank_, size_, [this](int q) { return is_local(q); }, s);
+  s["host_index"] = layout_.host_of(rank_);
+  s["hosts"] = layout_.num_hosts();
+  s["relayed_wakeups"] = static_cast<int64_t>(relayed_wakeups());
+  s["helper_handbacks"] = static_cast<int64_t>(helper_handbacks());
+  return s;
+}
 
 // Rethrows an error of the shm sub-transport naming ranks globally; keeps TimeoutError a
 // TimeoutError.

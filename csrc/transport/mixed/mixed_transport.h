@@ -47,7 +47,7 @@
 #include <string>
 #include <vector>
 
-#include "runtime/rendezvous.h"
+#include "common/rendezvous.h"
 #include "transport/group_transport.h"
 #include "transport/mixed/host_layout.h"
 #include "transport/shm/shm_transport.h"
@@ -93,6 +93,8 @@ class MixedTransport final : public GroupTransport {
   std::vector<int> dead_peers() override;
   void publish_progress(const Progress& progress) override;
   PeerStatus peer_status(int peer) override;
+  // Each peer's transport, the host counts and the helper thread's counters (peer_stats.h).
+  TransportStats stats() const override;
 
   // "shm" or "tcp": what carries messages between this rank and `peer`.
   const char* peer_transport(int peer) const;

@@ -1,16 +1,16 @@
-// Which transport carries messages to each peer, as counters for backend_stats (session.cc):
+// Which transport carries messages to each peer, as counters for backend_stats (each
+// transport's stats(), shown by Session::stats):
 //   "peer_transport.<q>": 1 = shared memory, 2 = TCP, for every peer q of this rank (Python's
 //                         backend_stats turns them into {"peer_transports": {q: "shm"|"tcp"}});
 //   "shm_peers", "tcp_peers": how many peers each carries;
-// and, for the mixed transport, "host_index" (this rank's host, numbered by lowest rank),
+// and, from the mixed transport, "host_index" (this rank's host, numbered by lowest rank),
 // "hosts" (hosts in the group), "relayed_wakeups" (wake-ups its helper thread passed between
 // the two sub-transports) and "helper_handbacks" (times the executor waited for the helper to
 // leave TCP's wait before using TCP itself).
 #pragma once
 
 #include <cstdint>
-#include <map>
-#include <string>
+#include <functional>
 
 #include "transport/transport.h"
 
@@ -19,7 +19,9 @@ namespace stragg {
 constexpr int64_t kPeerViaShm = 1;
 constexpr int64_t kPeerViaTcp = 2;
 
-// Adds the counters above for `t` (nothing for a null transport or an unknown kind).
-void add_peer_transport_stats(Transport* t, std::map<std::string, int64_t>& stats);
+// Adds "peer_transport.<q>" for every peer q of `rank` in a group of `size` (kPeerViaShm where
+// via_shm(q), else kPeerViaTcp) and the "shm_peers" / "tcp_peers" counts.
+void add_peer_transport_stats(int rank, int size, const std::function<bool(int)>& via_shm,
+                              TransportStats& stats);
 
 }  // namespace stragg

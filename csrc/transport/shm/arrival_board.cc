@@ -4,7 +4,7 @@
 #include <string>
 #include <vector>
 
-#include "runtime/error.h"
+#include "common/error.h"
 #include "transport/common.h"
 #include "transport/shm/layout.h"
 

@@ -4,7 +4,7 @@
 #include <cstring>
 #include <string>
 
-#include "runtime/error.h"
+#include "common/error.h"
 #include "transport/common.h"
 
 namespace stragg::shm {

@@ -7,7 +7,7 @@
 
 #include <cerrno>
 
-#include "runtime/error.h"
+#include "common/error.h"
 #include "transport/common.h"
 
 namespace stragg::shm {

@@ -7,9 +7,10 @@
 #include <random>
 #include <sstream>
 
-#include "runtime/error.h"
-#include "runtime/host_identity.h"
+#include "common/error.h"
+#include "common/host_identity.h"
 #include "transport/common.h"
+#include "transport/mixed/peer_stats.h"
 #include "transport/shm/arrival_board.h"
 #include "transport/shm/channel.h"
 #include "transport/shm/doorbell.h"
@@ -146,6 +147,15 @@ void ShmTransport::map_peer_segment(int peer, const std::string& name, const std
 }
 
 size_t ShmTransport::channel_bytes() const { return layout_->channel_stride; }
+
+TransportStats ShmTransport::stats() const {
+  TransportStats s;
+  s["shm_slot_bytes"] = static_cast<int64_t>(options_.slot_bytes);
+  s["shm_slots"] = static_cast<int64_t>(options_.num_slots);
+  s["oneshot_bytes"] = static_cast<int64_t>(options_.oneshot_bytes);
+  add_peer_transport_stats(rank_, size_, [](int) { return true; }, s);
+  return s;
+}
 
 shm::ControlBlock* ShmTransport::control(int r) const {
   return layout_->control(segments_[r]->base());

@@ -16,7 +16,7 @@
 #include <string>
 #include <vector>
 
-#include "runtime/rendezvous.h"
+#include "common/rendezvous.h"
 #include "transport/group_transport.h"
 #include "transport/transport.h"
 
@@ -68,6 +68,8 @@ class ShmTransport final : public GroupTransport {
   PeerStatus peer_status(int peer) override;
   ArrivalBoard* arrival_board() override { return board_.get(); }
   OneshotArea* oneshot_area() override { return oneshot_.get(); }
+  // "shm_slot_bytes", "shm_slots", "oneshot_bytes" and every peer via shm (peer_stats.h).
+  TransportStats stats() const override;
 
   // For transports composed of this one (transport/mixed), from any thread: ring this rank's
   // own doorbell (wakes its waiters), and wait for it like wait_for_activity() but sleeping at

@@ -7,7 +7,7 @@
 #include <cerrno>
 #include <cstring>
 
-#include "runtime/error.h"
+#include "common/error.h"
 #include "transport/common.h"
 #include "transport/tcp/socket.h"
 #include "transport/tcp/tcp_transport.h"

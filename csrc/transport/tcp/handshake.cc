@@ -7,7 +7,7 @@
 #include <random>
 #include <stdexcept>
 
-#include "runtime/error.h"
+#include "common/error.h"
 #include "transport/common.h"
 #include "transport/tcp/address.h"
 #include "transport/tcp/tcp_transport.h"

@@ -4,7 +4,7 @@
 
 #include <cerrno>
 
-#include "runtime/error.h"
+#include "common/error.h"
 #include "transport/common.h"
 #include "transport/tcp/address.h"
 #include "transport/tcp/tcp_transport.h"

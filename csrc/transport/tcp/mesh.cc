@@ -5,8 +5,8 @@
 #include <optional>
 #include <sstream>
 
-#include "runtime/error.h"
-#include "runtime/rendezvous.h"
+#include "common/error.h"
+#include "common/rendezvous.h"
 #include "transport/common.h"
 #include "transport/tcp/address.h"
 #include "transport/tcp/handshake.h"

@@ -2,8 +2,9 @@
 
 #include <algorithm>
 
-#include "runtime/error.h"
+#include "common/error.h"
 #include "transport/common.h"
+#include "transport/mixed/peer_stats.h"
 #include "transport/tcp/control.h"
 #include "transport/tcp/data_connection.h"
 #include "transport/tcp/heartbeat.h"
@@ -312,6 +313,13 @@ void TcpTransport::heartbeat_loop() {
     send_beats_locked();
     beat_cv_.wait_for(lock, tcp::kBeatEvery, [&] { return stopping_; });
   }
+}
+
+TransportStats TcpTransport::stats() const {
+  TransportStats s;
+  s["tcp_staging_bytes"] = static_cast<int64_t>(options_.staging_bytes);
+  add_peer_transport_stats(rank_, size_, [](int) { return false; }, s);
+  return s;
 }
 
 PeerStatus TcpTransport::peer_status(int peer) {

@@ -39,7 +39,7 @@
 #include <thread>
 #include <vector>
 
-#include "runtime/rendezvous.h"
+#include "common/rendezvous.h"
 #include "transport/group_transport.h"
 #include "transport/transport.h"
 
@@ -95,6 +95,8 @@ class TcpTransport final : public GroupTransport {
   // Beats carry it; a new collective (seq) is sent at once.
   void publish_progress(const Progress& progress) override;
   PeerStatus peer_status(int peer) override;
+  // "tcp_staging_bytes" and every peer via TCP (peer_stats.h).
+  TransportStats stats() const override;
 
   // For transports composed of this one (transport/mixed), from any thread: bump the activity
   // count, so that a wait_for_activity() in another thread returns.

@@ -1,4 +1,4 @@
-#include "runtime/log.h"
+#include "common/log.h"
 
 #include <memory>
 #include <mutex>

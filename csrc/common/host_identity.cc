@@ -1,4 +1,4 @@
-#include "runtime/host_identity.h"
+#include "common/host_identity.h"
 
 #include <signal.h>
 #include <sys/stat.h>

@@ -1,8 +1,8 @@
-#include "runtime/rendezvous.h"
+#include "common/rendezvous.h"
 
 #include <sstream>
 
-#include "runtime/error.h"
+#include "common/error.h"
 
 namespace stragg {
 namespace {
