@@ -89,6 +89,16 @@ def stragg_import_error() -> str | None:
     return None
 
 
+def cannot(reason: str) -> None:
+    """What a test needs is missing here: skips it, or FAILS it under STRAGG_TEST_REQUIRE=1 (CI,
+    where everything the suite needs is installed: a missing piece is a broken CI there)."""
+    import pytest
+
+    if os.environ.get("STRAGG_TEST_REQUIRE") == "1":
+        pytest.fail(f"STRAGG_TEST_REQUIRE=1 and {reason}")
+    pytest.skip(reason)
+
+
 def backend_stats(group: Any = None) -> dict[str, Any]:
     """``stragg.backend_stats(group)`` (only meaningful when the backend is stragg)."""
     import stragg
