@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import os
 import socket
 import statistics
 import sys
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
@@ -93,15 +95,20 @@ def import_stragg() -> tuple[ModuleType | None, str]:
         return None, f"{type(e).__name__}: {e}"
 
 
-def free_port() -> int:
+@contextlib.contextmanager
+def reserved_port() -> Iterator[int]:
+    """A port the kernel picked, held while the context lasts: bound by this process
+    (SO_REUSEADDR, never listening), so no other bind(port 0) or outgoing connection is given it,
+    while rank 0's TCPStore (which binds with SO_REUSEADDR) can listen on it."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+        yield int(s.getsockname()[1])
 
 
-def set_rendezvous_env(port: int | None = None) -> None:
+def set_rendezvous_env(port: int) -> None:
     os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
-    os.environ["MASTER_PORT"] = str(port if port is not None else free_port())
+    os.environ["MASTER_PORT"] = str(port)
 
 
 def eprint(*args: object) -> None:
@@ -156,8 +163,8 @@ def spawn_and_collect(worker: Any, cfg: Any, nprocs: int, prog: str) -> Any | No
 
     import torch.multiprocessing as mp
 
-    set_rendezvous_env()
-    with tempfile.TemporaryDirectory(prefix=f"stragg-{prog}-") as tmp:
+    with reserved_port() as port, tempfile.TemporaryDirectory(prefix=f"stragg-{prog}-") as tmp:
+        set_rendezvous_env(port)
         result_path = os.path.join(tmp, "result.json")
         try:
             mp.spawn(worker, args=(cfg, result_path), nprocs=nprocs, join=True)

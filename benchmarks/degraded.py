@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from stragg import _core, schedule, sim
-from stragg._emunet import parse_rate
+from stragg.emucluster.net import parse_rate
 from stragg.emucluster import EmuCluster
 
 HERE = Path(__file__).resolve().parent

@@ -261,7 +261,7 @@ def run_job(c: Any, args: argparse.Namespace, cfg: dict[str, Any], port: int) ->
 
 
 def collect(args: argparse.Namespace) -> dict[str, Any]:
-    from stragg._emunet import parse_rate
+    from stragg.emucluster.net import parse_rate
     from stragg.emucluster import EmuCluster
 
     dropped = sorted(k for k in os.environ if k.startswith("STRAGG_"))

@@ -55,7 +55,7 @@ venv = os.path.realpath(sys.argv[1])
 where = os.path.realpath(stragg.__file__)
 assert where.startswith(venv + os.sep), f"stragg imported from {where}, not from {venv}"
 print(f"check_installed: stragg {stragg.__version__} from {os.path.dirname(where)}")
-import stragg.info, stragg.integrations  # packaged too (the integrations' libraries may be absent)
+import stragg.emucluster, stragg.info, stragg.integrations  # packaged too (the integrations' libraries may be absent)
 assert set(stragg.integrations.available()) == {"lightning", "hf", "torchft"}
 EOF
 "$PY" -m stragg.info | sed -n '/^Build/,/^CUDA/p' | head -n -1

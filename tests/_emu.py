@@ -16,19 +16,14 @@ import subprocess
 import sys
 from typing import Any
 
-import pytest
+import _harness
 
-REQUIRE = os.environ.get("STRAGG_TEST_REQUIRE") == "1"
 _NAME_RE = re.compile(r"[a-z]+(\d+)x\d+")
 _counter = itertools.count()
 _checked: list[Any] = []
 
 
-def cannot(reason: str) -> None:
-    """Skips the test, or fails it under STRAGG_TEST_REQUIRE=1."""
-    if REQUIRE:
-        pytest.fail(f"STRAGG_TEST_REQUIRE=1 and {reason}")
-    pytest.skip(reason)
+cannot = _harness.cannot  # skips the test, or fails it under STRAGG_TEST_REQUIRE=1
 
 
 def new_name(tag: str = "t") -> str:

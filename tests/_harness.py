@@ -38,8 +38,10 @@ import pickle
 import re
 import shutil
 import signal
+import socket
 import sys
 import tempfile
+import threading
 import time
 import traceback
 import zlib
@@ -85,6 +87,16 @@ def stragg_import_error() -> str | None:
     except Exception as exc:  # noqa: BLE001  # pragma: no cover - depends on the build
         return f"{type(exc).__name__}: {exc}"
     return None
+
+
+def cannot(reason: str) -> None:
+    """What a test needs is missing here: skips it, or FAILS it under STRAGG_TEST_REQUIRE=1 (CI,
+    where everything the suite needs is installed: a missing piece is a broken CI there)."""
+    import pytest
+
+    if os.environ.get("STRAGG_TEST_REQUIRE") == "1":
+        pytest.fail(f"STRAGG_TEST_REQUIRE=1 and {reason}")
+    pytest.skip(reason)
 
 
 def backend_stats(group: Any = None) -> dict[str, Any]:
@@ -324,6 +336,32 @@ def _kill_group(pgid: int) -> None:
 
 
 # --------------------------------------------------------------------------------------------
+# Ports for rendezvous that the test cannot hand a port-0 listener (env://, torchrun's static
+# rendezvous: every process must know the port before rank 0 / the agent listens on it)
+# --------------------------------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def reserved_ports(n: int = 1, host: str = HOST) -> Iterator[list[int]]:
+    """``n`` ports the kernel picked, held while the context lasts: each stays bound by a socket
+    of this process (SO_REUSEADDR, never listening), so no other bind(port 0) and no outgoing
+    connection is given it, while a server that binds it with SO_REUSEADDR, as torch's TCPStore
+    does, can still listen on it. (Bind, close, then pass the port on would leave it free for
+    anybody in between.)"""
+    socks = []
+    try:
+        for _ in range(n):
+            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            socks.append(s)
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            s.bind((host, 0))
+        yield [int(s.getsockname()[1]) for s in socks]
+    finally:
+        for s in socks:
+            s.close()
+
+
+# --------------------------------------------------------------------------------------------
 # Cross-process signalling inside one run (files in a per-run temporary directory)
 # --------------------------------------------------------------------------------------------
 
@@ -351,6 +389,34 @@ def wait_posted(name: str, ranks: Iterable[int], timeout_s: float) -> bool:
             return True
         time.sleep(0.02)
     return False
+
+
+def post_when_inside(name: str, rank: int, *functions: str, timeout_s: float = 90.0) -> None:
+    """Posts ``name`` for ``rank`` as soon as this process's main thread is inside one of the
+    torch.distributed ``functions`` (e.g. "all_reduce", "barrier"), seen by a thread that watches
+    its stack: another rank can then wait (``wait_posted``) until this one is in the collective,
+    not merely about to call it. Call it right before the call."""
+    main = threading.main_thread().ident
+    wanted = set(functions)
+
+    def inside() -> bool:
+        frame = sys._current_frames().get(main)  # type: ignore[arg-type]
+        while frame is not None:
+            code = frame.f_code
+            if code.co_name in wanted and f"torch{os.sep}distributed" in code.co_filename:
+                return True
+            frame = frame.f_back
+        return False
+
+    def watch() -> None:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if inside():
+                post(name, rank)
+                return
+            time.sleep(0.005)
+
+    threading.Thread(target=watch, name=f"post-{name}", daemon=True).start()
 
 
 def init_process_group(

@@ -58,11 +58,21 @@ def unsupported_reason(backend: str, dtype: torch.dtype, op: str) -> str | None:
 Case = tuple[str, str, int]  # (dtype name, op, numel)
 
 
+PROFILE_DTYPES: dict[str, tuple[torch.dtype, ...]] = {
+    "full": h.ALL_DTYPES,
+    "medium": h.ALL_DTYPES,
+    "local": h.ALL_DTYPES,
+    "small": (torch.float32, torch.bfloat16, torch.int64, torch.uint8, torch.bool),
+}
+
+
 def matrix_cases(profile: str, backend: str) -> list[Case]:
-    dtypes: tuple[torch.dtype, ...]
     sizes: tuple[int, ...]
+    if profile not in PROFILE_DTYPES:
+        raise ValueError(profile)
+    dtypes = PROFILE_DTYPES[profile]
     if profile == "full":  # world size 4
-        dtypes, sizes = h.ALL_DTYPES, (1, 7, 1023)
+        sizes = (1, 7, 1023)
         big = [
             ("float32", "SUM", BIG_F32),
             ("float32", "MAX", ODD_BIG),
@@ -76,7 +86,7 @@ def matrix_cases(profile: str, backend: str) -> list[Case]:
             ("bool", "BOR", ODD_BIG),
         ]
     elif profile == "medium":  # world sizes 2 and 3
-        dtypes, sizes = h.ALL_DTYPES, (7, 1023)
+        sizes = (7, 1023)
         big = [
             ("float32", "SUM", BIG_F32),
             ("bfloat16", "SUM", ODD_BIG),
@@ -84,16 +94,11 @@ def matrix_cases(profile: str, backend: str) -> list[Case]:
             ("float16", "AVG", ODD_BIG),
         ]
     elif profile == "local":  # world size 1
-        dtypes, sizes = h.ALL_DTYPES, (7,)
+        sizes = (7,)
         big = [("float32", "SUM", BIG_F32), ("bfloat16", "AVG", ODD_BIG)]
-    elif profile == "small":  # world size 8: keep it short
-        dtypes, sizes = (
-            (torch.float32, torch.bfloat16, torch.int64, torch.uint8, torch.bool),
-            (1, 1023),
-        )
+    else:  # "small", world size 8: keep it short
+        sizes = (1, 1023)
         big = [("float32", "SUM", ODD_BIG)]
-    else:
-        raise ValueError(profile)
     cases: list[Case] = []
     for dt in dtypes:
         ops = ops_for(dt)
@@ -395,7 +400,21 @@ PROFILES = {1: "local", 2: "medium", 3: "medium", 4: "full", 8: "small"}
 SMALL_STAGING: dict[str, str | None] = {"STRAGG_SHM_SLOT_BYTES": "4KiB", "STRAGG_SHM_SLOTS": "2"}
 STREAMING: dict[str, str | None] = {"STRAGG_STREAMING_BYTES": "4KiB"}
 PROFILE_ENV: dict[int, dict[str, str | None]] = {3: {**SMALL_STAGING, **STREAMING}}
-WORLD_SIZES = [1, 2, 3, 4, pytest.param(8, marks=pytest.mark.slow)]
+SLOW_WORLD_SIZES = {8}
+WORLD_SIZES = [
+    pytest.param(ws, marks=[pytest.mark.slow] * (ws in SLOW_WORLD_SIZES)) for ws in PROFILES
+]
+# (world size, dtype) pairs whose matrix has cases: a dtype a profile leaves out is not a test.
+MATRIX_PARAMS = [
+    pytest.param(
+        ws,
+        h.dtype_name(dt),
+        id=f"ws{ws}-{h.dtype_name(dt)}",
+        marks=[pytest.mark.slow] * (ws in SLOW_WORLD_SIZES),
+    )
+    for ws, profile in PROFILES.items()
+    for dt in PROFILE_DTYPES[profile]
+]
 
 
 _RUNS: dict[int, h.RunResult | BaseException] = {}
@@ -462,12 +481,12 @@ def test_no_leaked_processes_or_shm(run: h.RunResult) -> None:
     run.assert_no_leaks()
 
 
-@pytest.mark.parametrize("dtype", [h.dtype_name(d) for d in h.ALL_DTYPES])
-def test_matrix_matches_reference(run: h.RunResult, dtype: str) -> None:
+@pytest.mark.parametrize(("ws", "dtype"), MATRIX_PARAMS)
+def test_matrix_matches_reference(ws: int, dtype: str) -> None:
+    run = _get_run(ws)
     secs = _section_of(run, "matrix")
     keys = [k for k in secs[0]["cases"] if k.startswith(dtype + "|")]
-    if not keys:
-        pytest.skip(f"no {dtype} cases at world size {len(run)}")
+    assert keys, f"no {dtype} cases at world size {ws}, although its profile has {dtype}"
     failures = []
     for rank, sec in enumerate(secs):
         for k in keys:

@@ -232,7 +232,6 @@ def test_hook_annotations_accepted_by_ddp() -> None:
 def test_state_needs_initialized_distributed() -> None:
     import stragg.ddp
 
-    if dist.is_initialized():  # pragma: no cover - the test process never initializes
-        pytest.skip("torch.distributed is initialized in the test process")
+    assert not dist.is_initialized(), "the test process never initializes torch.distributed"
     with pytest.raises(RuntimeError, match="not initialized"):
         stragg.ddp.StraggHookState()

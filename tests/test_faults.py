@@ -28,7 +28,6 @@ import json
 import multiprocessing as mp
 import os
 import signal
-import socket
 import threading
 import time
 from datetime import timedelta
@@ -42,8 +41,10 @@ import torch.distributed as dist
 pytestmark = [pytest.mark.needs_backend, pytest.mark.slow]
 
 STRAGG = h.is_stragg()
-SLACK_S = 10.0  # on top of a process-group timeout (2 shared cores, 4 ranks)
-AT_ONCE_S = 3.0  # "at once": far below every timeout used here
+# The process-group timeout of the cases where an error must come from the fault itself, not
+# from that timeout; the error's message says which. Every run also has the harness' deadline,
+# which catches a hang; no case bounds how fast the machine is.
+PG_TIMEOUT_S = 60.0
 
 
 def _report(fault: str, rank: int, out: h.Outcome) -> None:
@@ -118,7 +119,6 @@ def test_a_stopped_rank_is_named_by_every_survivor() -> None:
         first: h.Outcome = values[rank]["first"]
         _report("rank SIGSTOPped", rank, first)
         _raised(f"rank {rank}", first)
-        assert first.elapsed_s <= pg_timeout + SLACK_S, f"rank {rank}: too late: {first}"
         assert f"rank {STOPPED} " in first.msg and "stopped responding" in first.msg, (
             f"rank {rank}: does not name rank {STOPPED} as stopped: {first}"
         )
@@ -135,12 +135,6 @@ def test_a_stopped_rank_is_named_by_every_survivor() -> None:
 # ----------------------------------------------------------------------------------------------
 
 ABSENT = 3
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def master_addr_worker(rank: int, ws: int, port: int) -> dict[str, Any]:
@@ -164,9 +158,8 @@ def test_an_absent_rank_is_named_when_rank0_hosts_the_store() -> None:
     """env:// with MASTER_ADDR: rank 0's process hosts the TCPStore and waits in torch's TCPStore
     until all processes connected; it raises torch's 'N/4 clients joined' before stragg runs.
     The other ranks' stragg setup names the process that never started."""
-    run = h.run_ranks(
-        4, master_addr_worker, _free_port(), init=False, pg_timeout_s=5, timeout_s=150
-    )
+    with h.reserved_ports() as (port,):  # rank 0's env:// TCPStore listens on it
+        run = h.run_ranks(4, master_addr_worker, port, init=False, pg_timeout_s=5, timeout_s=150)
     values = run.values()
     rank0: h.Outcome = values[0]["init"]
     _report("absent rank, rank 0 hosts the store (torch's error on rank 0)", 0, rank0)
@@ -184,7 +177,7 @@ def test_an_absent_rank_is_named_when_rank0_hosts_the_store() -> None:
 def _host_store(port_queue: Any) -> None:
     store = dist.TCPStore("127.0.0.1", 0, None, is_master=True, wait_for_workers=False)
     port_queue.put(store.port)
-    time.sleep(600)
+    threading.Event().wait()  # serves until the fixture kills this process
 
 
 @pytest.fixture
@@ -206,13 +199,27 @@ def _connect(port: int) -> Any:
     return dist.TCPStore("127.0.0.1", port, None, is_master=False, timeout=timeout)
 
 
+def _wait_keys(store: Any, suffixes: list[str], timeout_s: float) -> bool:
+    """Waits until the store holds, for every suffix, a key ending in it (under whatever prefix
+    torch gives the group); False on timeout."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        keys = store.list_keys()
+        if all(any(k.endswith(sfx) for k in keys) for sfx in suffixes):
+            return True
+        time.sleep(0.02)
+    return False
+
+
 def store_lost_in_setup_worker(rank: int, ws: int, port: int, host_pid: int) -> dict[str, Any]:
     if rank == ABSENT:
+        # Ranks 0-2 published their setup records ("hello/<rank>", stragg's setup handshake):
+        # they are in stragg's setup, waiting for this rank, which never comes. Kill the store.
+        in_setup = _wait_keys(_connect(port), [f"/hello/{r}" for r in range(3)], timeout_s=60)
+        os.kill(host_pid, signal.SIGKILL)
         h.wait_posted("init_returned", [0, 1, 2], timeout_s=90)
-        return {}
+        return {"in_setup": in_setup}
     store = _connect(port)
-    if rank == 0:  # the others are waiting for rank 3 in stragg's setup by then
-        threading.Timer(2.0, lambda: os.kill(host_pid, signal.SIGKILL)).start()
     out = h.capture(functools.partial(h.init_process_group, rank, ws, store=store))
     h.post("init_returned", rank)
     return {"init": out}
@@ -222,9 +229,17 @@ def store_lost_in_setup_worker(rank: int, ws: int, port: int, host_pid: int) -> 
 def test_a_store_lost_during_setup_raises_at_once_naming_it(store_host: Any) -> None:
     port, proc = store_host
     run = h.run_ranks(
-        4, store_lost_in_setup_worker, port, proc.pid, init=False, pg_timeout_s=60, timeout_s=150
+        4,
+        store_lost_in_setup_worker,
+        port,
+        proc.pid,
+        init=False,
+        pg_timeout_s=PG_TIMEOUT_S,
+        timeout_s=150,
     )
-    for rank, v in enumerate(run.values()):
+    values = run.values()
+    assert values[ABSENT]["in_setup"], "ranks 0-2 never published their setup records"
+    for rank, v in enumerate(values):
         if rank == ABSENT:
             continue
         out: h.Outcome = v["init"]
@@ -232,38 +247,60 @@ def test_a_store_lost_during_setup_raises_at_once_naming_it(store_host: Any) -> 
         _raised(f"rank {rank}", out)
         assert out.is_instance("DistStoreError"), out
         assert f"lost the TCPStore at 127.0.0.1:{port}" in out.msg, out
+        # At once, not after the timeout: the message says so (no "timed out"), and it came
+        # before the timeout could have fired.
         assert "timed out" not in out.msg, out
-        assert out.elapsed_s < 2.0 + AT_ONCE_S + 5.0, f"rank {rank}: not at once: {out}"
+        assert out.elapsed_s < PG_TIMEOUT_S, f"rank {rank}: only at the timeout: {out}"
+
+
+def _wait_dead(pid: int, timeout_s: float) -> bool:
+    """Waits until process pid has exited (a zombie has closed its sockets); False on timeout."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        st = h._proc_stat(pid)
+        if st is None or st[2] == "Z":
+            return True
+        time.sleep(0.02)
+    return False
 
 
 def store_lost_after_init_worker(rank: int, ws: int, port: int, host_pid: int) -> dict[str, Any]:
     h.init_process_group(rank, ws, store=_connect(port))
     dist.all_reduce(torch.ones(8))
     dist.barrier()
-    if rank == 0:
+    if rank == 0:  # every rank finished its setup (the barrier): now the store goes
         os.kill(host_pid, signal.SIGKILL)
-    time.sleep(1.0)
+        if _wait_dead(host_pid, timeout_s=60):
+            h.post("store_gone", 0)
+    store_gone = h.wait_posted("store_gone", [0], timeout_s=90)
     t = torch.full((1000,), float(rank + 1))
     dist.all_reduce(t)
     b = torch.full((4,), float(rank))
     dist.broadcast(b, src=1)
     dist.barrier()
     group = h.capture(lambda: dist.new_group(backend=h.backend_name()))
-    return {"sum": t[0].item(), "bcast": b.tolist(), "new_group": group}
+    return {"store_gone": store_gone, "sum": t[0].item(), "bcast": b.tolist(), "new_group": group}
 
 
 @pytest.mark.stragg_only
 def test_after_init_the_group_outlives_its_store(store_host: Any) -> None:
     port, proc = store_host
     run = h.run_ranks(
-        4, store_lost_after_init_worker, port, proc.pid, init=False, pg_timeout_s=30, timeout_s=150
+        4,
+        store_lost_after_init_worker,
+        port,
+        proc.pid,
+        init=False,
+        pg_timeout_s=PG_TIMEOUT_S,
+        timeout_s=150,
     )
     for rank, v in enumerate(run.values()):
+        assert v["store_gone"], f"rank {rank}: the store's host never died: {v}"
         assert v["sum"] == 10.0 and v["bcast"] == [1.0] * 4, v
         out: h.Outcome = v["new_group"]
         _report("store host killed after init: new_group", rank, out)
         _raised(f"rank {rank} new_group", out)
-        assert out.elapsed_s < AT_ONCE_S + 5.0, f"rank {rank}: new_group not at once: {out}"
+        assert out.elapsed_s < PG_TIMEOUT_S, f"rank {rank}: new_group only at the timeout: {out}"
 
 
 # ----------------------------------------------------------------------------------------------
@@ -309,7 +346,7 @@ def peer_gone_at_destroy_worker(rank: int, ws: int) -> dict[str, Any]:
 @pytest.mark.stragg_only
 def test_destroy_with_pending_work_and_a_dead_peer_fails_them_clearly() -> None:
     run = h.run_ranks(
-        4, peer_gone_at_destroy_worker, pg_timeout_s=60, timeout_s=150, destroy=False,
+        4, peer_gone_at_destroy_worker, pg_timeout_s=PG_TIMEOUT_S, timeout_s=150, destroy=False,
         check_leaks=False,
     )
     assert run[GONE].status == "died", run[GONE].describe()
@@ -318,7 +355,7 @@ def test_destroy_with_pending_work_and_a_dead_peer_fails_them_clearly() -> None:
         assert run[rank].ok, run[rank].describe()
         destroy: h.Outcome = v["destroy"]
         assert destroy.ok, f"rank {rank}: destroy_process_group raised: {destroy}"
-        assert destroy.elapsed_s < 20.0, f"rank {rank}: destroy took {destroy.elapsed_s:.1f}s"
+        assert destroy.elapsed_s < PG_TIMEOUT_S, f"rank {rank}: destroy waited for the timeout"
         results: list[h.Outcome] = v["results"]
         failed = [r for r in results if not r.ok]
         assert failed, f"rank {rank}: every pending all_reduce succeeded without rank {GONE}"
@@ -352,14 +389,16 @@ def abort_worker(rank: int, ws: int, wait_in: str) -> dict[str, Any]:
     dist.all_reduce(torch.ones(8))
     dist.barrier()
     if rank == 0:
-        time.sleep(1.0)  # the others are waiting in the same barrier or all_reduce by then
+        # Aborts once every other rank is inside the collective, waiting for rank 0.
+        inside = h.wait_posted("inside", [r for r in range(ws) if r != 0], timeout_s=90)
         dist.group.WORLD.abort()
-        waiting = None
-    elif wait_in == "all_reduce":
+        return {"inside": inside, "waiting": None, "ops": _every_op(rank, ws)}
+    h.post_when_inside("inside", rank, wait_in)
+    if wait_in == "all_reduce":
         waiting = h.capture(lambda: dist.all_reduce(torch.ones(1000)))
     else:
         waiting = h.capture(dist.barrier)
-    return {"waiting": waiting, "ops": _every_op(rank, ws)}
+    return {"inside": True, "waiting": waiting, "ops": _every_op(rank, ws)}
 
 
 @pytest.mark.stragg_only
@@ -368,18 +407,19 @@ def test_abort_fails_every_op_on_every_rank_at_once(wait_in: str) -> None:
     # The waiting ranks all wait in the same collective: ranks in different collectives at once
     # are a mismatch, which a rank may detect (and report) before rank 0's abort arrives.
     worker = functools.partial(abort_worker, wait_in=wait_in)
-    run = h.run_ranks(4, worker, pg_timeout_s=60, timeout_s=150, destroy=False)
+    run = h.run_ranks(4, worker, pg_timeout_s=PG_TIMEOUT_S, timeout_s=150, destroy=False)
     for rank, v in enumerate(run.values()):
+        assert v["inside"], f"rank {rank}: the others never were inside the {wait_in}"
         if v["waiting"] is not None:
             w: h.Outcome = v["waiting"]
             _report("abort() on rank 0 while waiting", rank, w)
             _raised(f"rank {rank} waiting", w)
-            assert w.elapsed_s < 1.0 + AT_ONCE_S, f"rank {rank}: not at once: {w}"
+            assert w.elapsed_s < PG_TIMEOUT_S, f"rank {rank}: only at the timeout: {w}"
             assert "aborted: rank 0: abort() was called" in w.msg, w
         for op, out in v["ops"].items():
             _report(f"abort() on rank 0, then {op}", rank, out)
             _raised(f"rank {rank} {op}", out)
-            assert out.elapsed_s < AT_ONCE_S, f"rank {rank} {op}: not at once: {out}"
+            assert out.elapsed_s < PG_TIMEOUT_S, f"rank {rank} {op}: only at the timeout: {out}"
             assert f"stragg: rank {rank}: " in out.msg and "aborted" in out.msg, out
             assert "aborted: rank 0: abort() was called" in out.msg, f"rank {rank} {op}: {out}"
 
@@ -398,7 +438,7 @@ def error_then_every_op_worker(rank: int, ws: int) -> dict[str, Any]:
 
 @pytest.mark.stragg_only
 def test_after_an_error_every_op_raises_at_once_with_the_cause() -> None:
-    run = h.run_ranks(4, error_then_every_op_worker, pg_timeout_s=60, timeout_s=150)
+    run = h.run_ranks(4, error_then_every_op_worker, pg_timeout_s=PG_TIMEOUT_S, timeout_s=150)
     for rank, v in enumerate(run.values()):
         _report("numel mismatch", rank, v["bad"])
         _raised(f"rank {rank} mismatch", v["bad"])
@@ -408,7 +448,7 @@ def test_after_an_error_every_op_raises_at_once_with_the_cause() -> None:
         for op, out in v["ops"].items():
             _report(f"numel mismatch, then {op}", rank, out)
             _raised(f"rank {rank} {op} after the mismatch", out)
-            assert out.elapsed_s < AT_ONCE_S, f"rank {rank} {op}: not at once: {out}"
+            assert out.elapsed_s < PG_TIMEOUT_S, f"rank {rank} {op}: only at the timeout: {out}"
             assert "aborted" in out.msg and "numel" in out.msg, f"rank {rank} {op}: {out}"
     # The ranks that detected the mismatch had issued the call: their futures were checked.
     assert any(v["bad_future"] is not None for v in run.values()), "no rank issued the bad call"

@@ -7,13 +7,13 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import textwrap
 from pathlib import Path
 from typing import Any
 
+import _harness as h
 import pytest
 
 # CI (STRAGG_TEST_REQUIRE=1) installs both: there a missing library fails, elsewhere it skips.
@@ -45,14 +45,8 @@ def _torchrun(
     )
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def _example(tmp_path: Path, *args: str) -> tuple[dict[str, Any], str]:
-    proc = _torchrun(tmp_path, EXAMPLE, [*args, "--steps", str(STEPS), "--json"])
+def _example(tmp_path: Path, *args: str, **extra_env: str) -> tuple[dict[str, Any], str]:
+    proc = _torchrun(tmp_path, EXAMPLE, [*args, "--steps", str(STEPS), "--json"], **extra_env)
     assert proc.returncode == 0, proc.stderr[-4000:]
     return json.loads(proc.stdout.strip().splitlines()[-1]), proc.stderr
 
@@ -77,12 +71,11 @@ def test_example_on_stragg_matches_gloo(tmp_path: Path, api: str) -> None:
 
 @pytest.mark.slow
 def test_warns_when_the_model_is_not_wrapped(tmp_path: Path) -> None:
-    # use_cpu=False on a host without GPUs: accelerate sets up no distributed training at all.
-    import torch
-
-    if torch.cuda.is_available():
-        pytest.skip("needs a host without CUDA devices")
-    out, stderr = _example(tmp_path, "--api", "accelerate", "--use-cpu", "0")
+    # use_cpu=False where no GPU is visible (none on this host, or hidden from the ranks):
+    # accelerate sets up no distributed training at all.
+    out, stderr = _example(
+        tmp_path, "--api", "accelerate", "--use-cpu", "0", CUDA_VISIBLE_DEVICES=""
+    )
     assert out["wrapped_in_ddp"] is False
     assert (
         "ModelNotWrappedWarning: stragg: rank 0: WORLD_SIZE=2, but accelerate did not wrap "
@@ -153,8 +146,8 @@ if os.environ["RANK"] == "0":
 def test_backend_names_accepted_after_use_stragg(tmp_path: Path) -> None:
     script = tmp_path / "names.py"
     script.write_text(textwrap.dedent(_NAMES))
-    ports = ",".join(str(_free_port()) for _ in range(10))
-    proc = _torchrun(tmp_path, script, [], TEST_PORTS=ports)
+    with h.reserved_ports(10) as ports:  # rank 0's env:// TCPStores listen on them in turn
+        proc = _torchrun(tmp_path, script, [], TEST_PORTS=",".join(map(str, ports)))
     assert proc.returncode == 0, proc.stderr[-4000:]
     out = json.loads(proc.stdout.strip().splitlines()[-1])
     assert out["without"] == "Your assigned backend stragg is not available, please use gloo"

@@ -74,9 +74,12 @@ def test_a_restarted_attempt_initializes_and_runs(tmp_path: Path, rdzv: str) -> 
     env.update(STRAGG_TEST_BACKEND=h.backend_name(), STRAGG_TEST_RESULT_DIR=str(tmp_path))
     env.update(OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
     args = ["--nproc-per-node", "2", "--max-restarts", "1", "--monitor-interval", "0.2"]
-    if rdzv == "standalone":
-        args.append("--standalone")
-    code, out = _torchrun([*args, SCRIPT], env, tmp_path / "torchrun.log")
+    log = tmp_path / "torchrun.log"
+    if rdzv == "standalone":  # the c10d rendezvous, on a port its store picks
+        code, out = _torchrun([*args, "--standalone", SCRIPT], env, log)
+    else:  # torchrun's default, the static rendezvous: its store listens on the port held here
+        with h.reserved_ports() as (port,):
+            code, out = _torchrun([*args, "--master-port", str(port), SCRIPT], env, log)
     story = f"torchrun exited {code} (None: killed after {TIMEOUT_S} s):\n{out[-6000:]}"
     assert code == 0, story
     assert "exitcode  : 3" in out or "exitcode: 3" in out, f"the first attempt did not fail: {story}"

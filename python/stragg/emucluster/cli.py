@@ -1,4 +1,14 @@
-"""The command line of stragg.emucluster (`python -m stragg.emucluster --help`); see its docstring."""
+"""The command line of stragg.emucluster (`python -m stragg.emucluster --help`).
+
+`up` makes a cluster that outlives the command (its state under net.STATE_DIR; `up` first
+removes what an earlier cluster of the same name left); `run`, `cut`, `restore`, `degrade`,
+`perf` and `status` attach to it; `down` removes it. `run --hosts N` makes a cluster for that
+run alone. `run` prefixes every output line with [h<i>] (or [h<i>.<local>]) and exits with
+JobResult.worst: 0 if every process exited 0, 124 on --timeout, else the largest status among the
+processes the launcher did not kill (signal s = 128 + s). With --fail-fast (default) the first
+failure leaves the others --fail-grace seconds (5) to report, then kills them. Errors (no root,
+no such cluster, a bad value) are one line on stderr and exit 1.
+"""
 
 from __future__ import annotations
 
@@ -10,8 +20,8 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from . import _emunet as net
-from .emucluster import (
+from . import net
+from .cluster import (
     DEFAULT_NAME,
     DEFAULT_PORT,
     EmuCluster,

@@ -1,10 +1,10 @@
 """A tiny iperf for stragg.emucluster: TCP goodput from one emulated host to another.
 
-    python _emuperf.py recv            prints its port, then (after the sender closes) one JSON
+    python perf.py recv                prints its port, then (after the sender closes) one JSON
                                        line {"bytes": ..., "seconds": ..., "bits_per_s": ...}
-    python _emuperf.py send ADDR PORT SECONDS
+    python perf.py send ADDR PORT SECONDS
 
-Run as a file (not `-m stragg._emuperf`) so that it starts without importing torch. The receiver
+Run as a file (not `-m stragg.emucluster.perf`) so that it starts without importing torch. The receiver
 times from its first byte to the end of the stream, so the connection setup is not counted.
 """
 

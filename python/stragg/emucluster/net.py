@@ -17,13 +17,10 @@ is one wire packet, not a 64 KiB super-packet. Without loss a super-packet holds
 htb lets one through whenever it has any credit, so 64 KiB ones let short transfers beat the rate.
 
 Every host runs TCP congestion control `reno` unless told otherwise (set_congestion): the
-namespaces would inherit the machine's default, which is bbr on the machines this was built on,
-and BBR (v1) leaves these shaped links 10-25% idle whenever flows start and stop (every schedule
-but Ring: on 4 hosts at 300 Mbit/s a 4 MiB recursive halving-doubling all_reduce took 0.197 s with
-bbr, 0.178 s with reno or cubic, bound 0.176 s; Ring 0.177 s either way). A namespace may only
-pick a congestion control the machine allows unprivileged users (reno always; cubic is the usual
-kernel default but not always allowed), so reno it is: at these sub-millisecond RTTs it behaves
-like cubic.
+namespaces would inherit the machine's default, which may be bbr, and BBR (v1) leaves these
+shaped links partly idle whenever flows start and stop (docs/benchmarks.md, "Emulated links").
+A namespace may only pick a congestion control the machine allows unprivileged users (reno
+always; cubic not always), so reno it is: at these sub-millisecond RTTs it behaves like cubic.
 
 A cut takes the switch-side port h<i> down: host i's eth0 loses its carrier (as a NIC whose cable
 is pulled) and every packet between host i and the others vanishes without an error, RST or ICMP

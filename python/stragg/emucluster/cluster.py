@@ -1,58 +1,16 @@
-"""An emulated multi-host cluster on one Linux machine: network namespaces on a bridge, every host
-link shaped with tc, one command to launch a job on every host the way a real cluster does.
+"""EmuCluster: the hosts of one emulated cluster, their links (shape, degrade, cut, restore) and
+the jobs started on them; a context manager that always tears the cluster down (also on Ctrl-C,
+SIGTERM and SIGHUP, so that no namespace outlives the program).
 
-    python -m stragg.emucluster up --hosts 4 --rate 300mbit --degrade 3=2 [--loss 0.1%]
-    python -m stragg.emucluster run [--nproc-per-node K] [--torchrun] -- python train.py
-    python -m stragg.emucluster cut 3 ; python -m stragg.emucluster restore 3
-    python -m stragg.emucluster degrade 3=3 ; python -m stragg.emucluster status ; ... down
-
-    with stragg.emucluster.EmuCluster(hosts=4, rate="300mbit", degrade={3: 2.0}) as c:
-        result = c.run([sys.executable, "train.py"], timeout=300)   # JobResult; .worst, .output()
-        job = c.spawn([...]); c.cut(3); ...; c.restore(3); job.wait()
-
-Topology (see stragg._emunet): namespace emu-NAME-sw holds bridge br0; host i is namespace
-emu-NAME-h<i> with lo and eth0 at address i+1 of 10.77.0.0/24 (--subnet). Addresses, links and
-qdiscs exist only inside these namespaces: the machine's own interfaces, routes and firewall are
-never touched, and the namespaces have no route out. Hosts run TCP congestion control reno
-(--congestion; 'system' keeps the machine's default: see stragg._emunet for why not bbr). Host
-i's link runs at R (R / l if degraded) in both directions (htb on both ends of its veth); --delay (netem, where the kernel has it) and
---loss (a BPF filter, any kernel) apply once per packet, on the sending host's egress. `cut`
-takes the switch-side end of the host's veth down: the host loses carrier and its peers see
-silence (no RST, no ICMP), as with a pulled cable; `restore` brings it back.
-
-`run` starts CMD once per host (K times with --nproc-per-node) inside the host's namespace with
-RANK (host * K + local), WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, NODE_RANK, MASTER_ADDR (host
-0's address), MASTER_PORT, GLOO_SOCKET_IFNAME=eth0 (the host's only NIC) and EMU_HOST set. With
---torchrun it starts, per host, `python -m torch.distributed.run --nnodes N --nproc-per-node K
---rdzv-backend c10d --rdzv-endpoint HOST0_ADDR:PORT --local-addr HOST_ADDR --max-restarts 0 CMD`
-(so CMD is a script, or `-m module`, or `--no-python prog`); torchrun assigns the ranks. Two
-departures from a real cluster, because every namespace shares the machine's hostname: there is
-no --node-rank (c10d rendezvous ignores it anyway) and host 0's agent is told to host the store
-(--rdzv-conf is_host=1; 0 elsewhere). Hosts resolve each other as h<i> (a hosts file that
-`ip netns exec` mounts from /etc/netns/emu-NAME-h<i>/, removed by `down`). Output is prefixed
-with [h<i>] (or [h<i>.<local>]). Exit status: 0 if every process exited 0, 124 on --timeout,
-else the largest status among processes not killed by the launcher (signal s = 128 + s). With
---fail-fast (default) the first failure gives the others --fail-grace seconds (5) to report,
-then kills them. Every process is killed with all its descendants (torchrun workers included) on
-Ctrl-C, SIGTERM, timeout, failure and exit of the `with` block; `down` also kills whatever still
-runs inside the namespaces. `up` first removes what an earlier cluster of the same name left.
-Without root (CAP_NET_ADMIN + CAP_SYS_ADMIN) every command says so in one line and exits 1.
-`perf SRC DST` measures a link (EmuCluster.throughput).
-
-Measured shaping (2-core VM shared with other jobs, kernel 6.18 without netem; TCP goodput of
-one Python socket stream, best of 2 x 3 s; host 3 degraded; tests/test_emucluster.py checks the
-ratios). Goodput is 0.956 R because htb counts whole 1514-byte frames carrying 1448 bytes:
-
-    R        l     healthy 0->1       degraded 3->0 (up)   1->3 (down)   degraded / healthy
-    300mbit  2     286.9 Mbit/s       143.6 Mbit/s         143.5         0.501 / 0.500
-    300mbit  3     286.6              95.8                 95.7          0.334 / 0.334
-    100mbit  1.33  95.7               72.0                 72.1          0.752 / 0.753 (1/l 0.752)
-    1gbit    2     932.6 (0.933 R)    474.7                473.1         0.509 / 0.507
-
-Loss 5% (BPF filter): 4.9% of packets dropped, counted by tc. A 4-host cluster at 300mbit with
-host 3 at l = 2, 16 MiB float32 all_reduce, median of 5: Gloo 1.39-1.48 s, stragg (auto, tcp)
-1.60-1.66 s; all links healthy: Gloo 0.75 s, stragg 0.71 s (ring bound: 0.70 s healthy,
-1.40 s degraded); about 57% of the 2 cores busy during the timed loop.
+`spawn` / `run` start CMD once per host (K times with nproc_per_node) inside the host's namespace
+with RANK (host * K + local), WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, NODE_RANK, MASTER_ADDR
+(host 0's address), MASTER_PORT, GLOO_SOCKET_IFNAME=eth0 (the host's only NIC) and EMU_HOST set.
+With torchrun=True they start, per host, `python -m torch.distributed.run --nnodes N
+--nproc-per-node K --rdzv-backend c10d --rdzv-endpoint HOST0_ADDR:PORT --local-addr HOST_ADDR
+--max-restarts 0 CMD` (CMD is a script, `-m module` or `--no-python prog`) and torchrun assigns
+the ranks. Every namespace shares the machine's hostname, hence two departures from a real
+cluster: no --node-rank (c10d rendezvous ignores it anyway), and host 0's agent is told to host
+the store (--rdzv-conf is_host=1; 0 elsewhere). Hosts resolve each other as h<i>.
 """
 
 from __future__ import annotations
@@ -70,10 +28,10 @@ if TYPE_CHECKING:
     from typing_extensions import Self
 
 
-from . import _emunet as net
-from . import _emuperf
-from ._emujobs import Job, JobResult, ProcSpec
-from ._emunet import EmuClusterError, Host, PrivilegeError
+from . import net
+from . import perf as _perf
+from .jobs import Job, JobResult, ProcSpec
+from .net import EmuClusterError, Host, PrivilegeError
 
 __all__ = [
     "EmuCluster",
@@ -84,7 +42,6 @@ __all__ = [
     "PrivilegeError",
     "ProcSpec",
     "Terminated",
-    "main",
 ]
 
 DEFAULT_NAME = "cluster"
@@ -312,7 +269,7 @@ class EmuCluster:
 
     def throughput(self, src: int, dst: int, seconds: float = 2.0) -> float:
         """TCP goodput (bit/s) of one stream from host src to host dst, measured by dst."""
-        tool = [sys.executable, _emuperf.__file__]
+        tool = [sys.executable, _perf.__file__]  # run as a file: no torch import
         recv = subprocess.Popen(
             self.command(dst, [*tool, "recv"]),
             stdout=subprocess.PIPE,
@@ -464,13 +421,3 @@ class EmuCluster:
             )
         return result
 
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """The command line (`python -m stragg.emucluster`); returns the exit status."""
-    from ._emucli import main as cli_main
-
-    return cli_main(argv)
-
-
-if __name__ == "__main__":
-    sys.exit(main())
