@@ -149,6 +149,63 @@ def test_section_covers_only_its_calls() -> None:
     assert abs(job["ranks"][1]["share_last"] - 0.5) <= 0.1, job["ranks"]
 
 
+def _callbacks(rank: int, ws: int) -> dict[str, Any]:
+    """Both callbacks driven by fake trainers (their logic, without a training library's loop)."""
+    from types import SimpleNamespace
+
+    out: dict[str, Any] = {}
+    logged: list[tuple[int, dict[str, float]]] = []
+    try:
+        import stragg.integrations.lightning as stl
+
+        fake_logger = SimpleNamespace(log_metrics=lambda m, step: logged.append((step, m)))
+        cb = stl.StragglerReportCallback(every_n_steps=8)
+        trainer = SimpleNamespace(global_step=0, loggers=[fake_logger], strategy=SimpleNamespace())
+        cb.on_train_start(trainer, None)
+        for step in range(1, CALLS + 1):
+            _calls(rank, "chronic", step - 1, step)
+            trainer.global_step = step
+            cb.on_train_batch_end(trainer, None, None, None, step - 1)
+        out["lightning"] = {"logged": logged, "history": cb.history}
+    except ImportError as e:
+        out["lightning"] = f"ImportError: {e}"
+    try:
+        import stragg.integrations.hf as sth
+
+        cb = sth.StragglerReportCallback(every_n_steps=40, sync=True)
+        state = SimpleNamespace(global_step=0, log_history=[])
+        cb.on_train_begin(None, state, None)
+        for step in range(1, 41):
+            state.global_step = step
+            cb.on_step_end(None, state, None)
+        out["hf"] = {"log_history": state.log_history, "straggler": cb.last_report.straggler}
+    except ImportError as e:
+        out["hf"] = f"ImportError: {e}"
+    return out
+
+
+def test_lightning_and_hf_callbacks_log_lateness_and_verdicts() -> None:
+    values = h.run_ranks(4, _callbacks, env=ENV).values()
+    v = values[0]
+    if isinstance(v["lightning"], str) or isinstance(v["hf"], str):
+        if os.environ.get("STRAGG_TEST_REQUIRE") == "1":
+            pytest.fail(f"STRAGG_TEST_REQUIRE=1 and an integration is missing: {v}")
+        pytest.skip(f"an integration library is missing: {v}")
+    lt = v["lightning"]
+    assert [step for step, _ in lt["logged"]] == list(range(8, CALLS + 1, 8)), lt["logged"]
+    step, last = lt["logged"][-1]
+    assert last["stragg/straggler"] == 2.0 and last["stragg/rank2/verdict"] == 2.0, last
+    assert abs(last["stragg/rank2/share_last"] - 0.8) <= 0.1, last
+    assert last["stragg/rank2/lateness_p50_ms"] >= 5 and last["stragg/rank0/verdict"] == 0.0
+    # The HF callback (no trainer: into state.log_history) reports the same job at its step 40;
+    # with sync=True the reports are identical on every rank.
+    hf = v["hf"]
+    assert hf["straggler"] == 2 and hf["log_history"][-1]["step"] == 40, hf
+    assert hf["log_history"][-1]["stragg/rank2/verdict"] == 2.0, hf
+    for other in values[1:]:
+        assert other["hf"]["log_history"] == hf["log_history"], "ranks logged different reports"
+
+
 def _errors(rank: int, ws: int) -> dict[str, str]:
     import stragg
 

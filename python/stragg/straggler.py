@@ -4,7 +4,7 @@
     rep = stragg.straggler_report()          # the whole job so far (default group)
     print(rep)                               # a table
     rep.to_dict()["straggler"]               # the agreed chronic straggler's rank, or None
-    rep.to_json()                            # save it; `python -m stragg.info --report FILE` prints it
+    rep.to_json()                            # save; `python -m stragg.info --report FILE` prints
 
     with stragg.straggler_detection(group) as sd:   # only the calls of this section
         train_some_steps()
@@ -35,8 +35,9 @@ rank with the largest share (ties: the lowest rank), or None.
 
 Links (from the last link probe, stragg.profiler.measure_links() or the periodic ones): per
 directed link latency (alpha) and bandwidth (1/beta), its factor = beta / median beta over the
-measured links (2.0: half the median bandwidth), the degraded ranks the probes named (only
-between hosts: on one host link differences are scheduling noise) and the slowest link.
+links between healthy ranks (2.0: half their median bandwidth), the degraded ranks the probes
+named (only between hosts: on one host link differences are scheduling noise) and the slowest
+link.
 
 Planner: the rank StragglAR runs for (None: none), the call it runs from, the predicted gain per
 call over Ring, the degraded ranks the planner routes around (OptCC), and the profiler's
@@ -57,6 +58,7 @@ from typing import Any
 import torch.distributed as dist
 
 from ._registration import _stragg_backend
+from ._straggler_format import VERDICTS, format_report, report_metrics
 
 __all__ = [
     "LinkReport",
@@ -66,6 +68,7 @@ __all__ = [
     "StragglerDetection",
     "StragglerReport",
     "Thresholds",
+    "VERDICTS",
     "format_report",
     "report_metrics",
     "straggler_detection",
@@ -74,7 +77,6 @@ __all__ = [
 
 logger = logging.getLogger("stragg")
 
-VERDICTS = ("none", "transient", "chronic")
 # Defaults of the thresholds that are not the profiler's own settings.
 MIN_CALLS = 16
 TRANSIENT_MIN_CALLS = 3
@@ -114,7 +116,7 @@ class LinkStat:
     dst: int
     latency_s: float  # alpha
     bandwidth_bytes_per_s: float  # 1 / beta
-    factor: float  # beta / median beta of the measured links (> 1: slower than the median)
+    factor: float  # beta / median beta of the links between healthy ranks (> 1: slower)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -250,7 +252,10 @@ def _links(matrix: list[list[Any]], analysis: dict[str, Any]) -> LinkReport:
     degraded = {int(r): float(f) for r, f in sorted(analysis.get("degraded", {}).items())}
     if not measured:
         return LinkReport(False, None, None, degraded, None, [])
-    median_beta = _median([b for _, _, _, b in measured])
+    # The reference: the median over links between healthy ranks (as the probes' own analysis),
+    # so that a degraded host, which touches many links, does not move it.
+    healthy = [b for i, j, _, b in measured if i not in degraded and j not in degraded]
+    median_beta = _median(healthy or [b for _, _, _, b in measured])
     links = [
         LinkStat(src=i, dst=j, latency_s=a, bandwidth_bytes_per_s=1.0 / b, factor=b / median_beta)
         for i, j, a, b in measured
@@ -418,7 +423,9 @@ def _log_changes(rep: StragglerReport) -> None:
             )
 
 
-def straggler_report(group: dist.ProcessGroup | None = None, *, sync: bool = False) -> StragglerReport:
+def straggler_report(
+    group: dist.ProcessGroup | None = None, *, sync: bool = False
+) -> StragglerReport:
     """The straggler report of `group` (default: the default group) over the job's calls the
     profiler has exchanged (its most recent 4096 calls at most).
 
@@ -480,76 +487,3 @@ class StragglerDetection:
 def straggler_detection(group: dist.ProcessGroup | None = None) -> StragglerDetection:
     """A context manager whose summary() reports only the calls made inside it."""
     return StragglerDetection(group)
-
-
-# --------------------------------------------------------------------------------------------
-# Metrics for training loggers, and the table
-
-
-def report_metrics(report: StragglerReport | dict[str, Any], prefix: str = "stragg/") -> dict[str, float]:
-    """Flat numbers for a trainer's logger: per rank lateness p50 / EWMA (ms), share last, score
-    and verdict (0 none, 1 transient, 2 chronic), and the straggler (-1: none)."""
-    d = report.to_dict() if isinstance(report, StragglerReport) else report
-    out: dict[str, float] = {f"{prefix}straggler": float(-1 if d["straggler"] is None else d["straggler"])}
-    for r in d["ranks"]:
-        p = f"{prefix}rank{r['rank']}/"
-        out[p + "lateness_p50_ms"] = r["lateness_p50_s"] * 1e3
-        out[p + "lateness_ewma_ms"] = r["lateness_ewma_s"] * 1e3
-        out[p + "share_last"] = r["share_last"]
-        out[p + "score"] = r["score"]
-        out[p + "verdict"] = float(VERDICTS.index(r["verdict"]))
-    return out
-
-
-def _ms(seconds: float | None) -> str:
-    return "-" if seconds is None else f"{seconds * 1e3:.3f}"
-
-
-def _bw(bytes_per_s: float | None) -> str:
-    return "-" if bytes_per_s is None else f"{bytes_per_s * 8e-9:.3f} Gbit/s"
-
-
-def format_report(d: dict[str, Any]) -> str:
-    """The table of a report dict (StragglerReport.to_dict(), or its JSON loaded back)."""
-    th = d["thresholds"]
-    who = "none" if d["straggler"] is None else f"rank {d['straggler']}"
-    span = f"calls {d['first_call']}..{d['first_call'] + d['calls'] - 1}" if d["calls"] else "no calls"
-    pending = f", {d['pending_calls']} pending" if d.get("pending_calls") else ""
-    lines = [
-        f"stragg straggler report: group {d['group']!r}, {d['n']} ranks, {d['scope']}: {span} "
-        f"({d['calls']} calls{pending}; {d['calls_total']} in the job)",
-        f"  chronic straggler: {who}",
-        f"  verdicts: chronic = last in >= {th['chronic_share'] * 100:.0f}% of >= "
-        f"{th['min_calls']} calls with p50 lateness >= {_ms(th['noise_floor_s'])} ms; transient "
-        f"= last in >= {th['transient_min_calls']} calls; score = e / (e + "
-        f"{_ms(th['score_scale_s'])} ms), e = mean lateness over the fastest rank's",
-        "  rank  last  share   p50 ms   p95 ms   max ms  ewma ms  score  link l  verdict",
-    ]
-    for r in d["ranks"]:
-        lines.append(
-            f"  {r['rank']:>4}  {r['times_last']:>4}  {r['share_last'] * 100:>4.0f}%  "
-            f"{_ms(r['lateness_p50_s']):>7}  {_ms(r['lateness_p95_s']):>7}  "
-            f"{_ms(r['lateness_max_s']):>7}  {_ms(r['lateness_ewma_s']):>7}  {r['score']:>5.2f}  "
-            f"{r['link_slowdown']:>6.2f}  {r['verdict']}"
-        )
-    links = d["links"]
-    if not links["measured"]:
-        lines.append("  links: not measured yet (stragg.profiler.measure_links() probes them)")
-    else:
-        lines.append(
-            f"  links: median {_bw(links['median_bandwidth_bytes_per_s'])}, latency "
-            f"{links['median_latency_s'] * 1e6:.1f} us"
-        )
-        deg = links["degraded_ranks"]
-        if deg:
-            named = ", ".join(f"rank {r} (l = {f:.2f})" for r, f in deg.items())
-            lines.append(f"  degraded: {named}")
-        slow = links["slowest"]
-        if slow is not None:
-            lines.append(
-                f"  slowest link: {slow['src']} -> {slow['dst']}, {_bw(slow['bandwidth_bytes_per_s'])}, "
-                f"{slow['factor']:.2f}x the median link's time per byte"
-            )
-    p = d["planner"]
-    lines.append(f"  planner: {p['plan']}")
-    return "\n".join(lines)

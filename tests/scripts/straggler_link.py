@@ -23,7 +23,8 @@ def main() -> None:
     for _ in range(8):
         dist.all_reduce(x)
     rep = stragg.straggler_report(sync=True)
-    print("REPORT " + json.dumps({**rep.to_dict(), "table": rep.table()}, sort_keys=True), flush=True)
+    out = {**rep.to_dict(), "table": rep.table()}
+    print("REPORT " + json.dumps(out, sort_keys=True), flush=True)
     dist.destroy_process_group()
 
 

@@ -28,7 +28,8 @@ class PeriodicReport:
     """Takes a straggler report every `every_n_steps` optimizer steps."""
 
     def __init__(self, owner: str, every_n_steps: int, group: Any, sync: bool) -> None:
-        if isinstance(every_n_steps, bool) or not isinstance(every_n_steps, int) or every_n_steps < 1:
+        bad = isinstance(every_n_steps, bool) or not isinstance(every_n_steps, int)
+        if bad or every_n_steps < 1:
             raise ValueError(f"{owner}: every_n_steps must be an int >= 1, got {every_n_steps!r}")
         self.owner = owner
         self.every_n_steps = every_n_steps

@@ -272,7 +272,10 @@ class StragglerReportCallback(_TrainerCallback):  # type: ignore[misc, valid-typ
 
 
 def add_straggler_report(
-    trainer: Any, every_n_steps: int = 50, group: dist.ProcessGroup | None = None, sync: bool = False
+    trainer: Any,
+    every_n_steps: int = 50,
+    group: dist.ProcessGroup | None = None,
+    sync: bool = False,
 ) -> StragglerReportCallback:
     """Adds a :class:`StragglerReportCallback` that logs through ``trainer.log``; returns it."""
     callback = StragglerReportCallback(every_n_steps, group=group, sync=sync, trainer=trainer)
