@@ -339,11 +339,12 @@ def _group_name(group: dist.ProcessGroup | None) -> str:
 
 def _summary(op: str, group: dist.ProcessGroup | None, sync: bool) -> tuple[Any, dict[str, Any]]:
     backend = _backend_for(op, group)
-    if sync:
+    s = dict(backend.profiler_summary())
+    if s["enabled"] and sync:
         # A stragg barrier queues behind the exchange that may still run after this rank's
         # latest call: once it returns, every rank has taken the same exchanges.
         backend.barrier(dist.BarrierOptions()).wait()
-    s = dict(backend.profiler_summary())
+        s = dict(backend.profiler_summary())
     if not s["enabled"]:
         raise RuntimeError(
             f"{op}: rank {_rank_of(group)}: the straggler profiler is off for group "
