@@ -266,7 +266,12 @@ class StragglerReportCallback(_TrainerCallback):  # type: ignore[misc, valid-typ
         if metrics is None:
             return
         if self.trainer is not None:
+            # trainer.log's on_log clears control.should_log: restore it, or the step's own log
+            # (the loss) set by DefaultFlowCallback would be skipped.
+            should_log = control.should_log
             self.trainer.log(dict(metrics))
+            control.should_log = should_log
+            self.trainer.control.should_log = should_log
         else:
             state.log_history.append({**metrics, "step": step})
 
