@@ -68,11 +68,12 @@ def format_report(d: dict[str, Any]) -> str:
             f"{links['median_latency_s'] * 1e6:.1f} us"
         )
         deg = links["degraded_ranks"]
-        if deg:
+        slow = links["slowest"]
+        if not deg:
+            lines.append("  degraded: none (the probes judge links between hosts only)")
+        else:
             named = ", ".join(f"rank {r} (l = {f:.2f})" for r, f in deg.items())
             lines.append(f"  degraded: {named}")
-        slow = links["slowest"]
-        if slow is not None:
             lines.append(
                 f"  slowest link: {slow['src']} -> {slow['dst']}, "
                 f"{_bw(slow['bandwidth_bytes_per_s'])}, {slow['factor']:.2f}x the median healthy "

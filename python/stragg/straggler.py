@@ -333,8 +333,10 @@ def _backend_for(op: str, group: dist.ProcessGroup | None) -> Any:
 
 
 def _group_name(group: dist.ProcessGroup | None) -> str:
-    pg = group if group is not None else dist.distributed_c10d._get_default_group()
-    return str(getattr(pg, "group_name", "") or "default")
+    default = dist.distributed_c10d._get_default_group()
+    if group is None or group == default:
+        return "default"
+    return str(getattr(group, "group_name", "") or "?")
 
 
 def _summary(op: str, group: dist.ProcessGroup | None, sync: bool) -> tuple[Any, dict[str, Any]]:
