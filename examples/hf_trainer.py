@@ -17,7 +17,11 @@ downloaded. `--use-cpu 0` on a host without GPUs shows the trap stragg warns abo
 then wraps nothing in DDP and every rank trains alone.
 
 Rank 0 prints the per-step losses (Trainer: the mean over ranks it logs; accelerate: rank 0's)
-and how many all_reduces stragg carried (stragg.backend_stats).
+and how many all_reduces stragg carried (stragg.backend_stats). With the Trainer on stragg,
+stragg.integrations.hf.add_straggler_report logs per-rank lateness and the straggler verdict
+through `trainer.log` every `--report-every` steps (2; 0: off): the Trainer's printer shows them
+with the losses, and rank 0 prints the last report's table. `--late-rank R` makes rank R sleep
+20 ms per step (an injected straggler).
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ import json
 import os
 import sys
 import tempfile
+import time
 from typing import Any
 
 import torch
@@ -81,7 +86,7 @@ def stragg_stats() -> dict[str, Any] | None:
     return {k: v for k, v in stats.items() if isinstance(v, (int, float, str))}
 
 
-def run_trainer(args: argparse.Namespace) -> tuple[list[float], bool]:
+def run_trainer(args: argparse.Namespace) -> tuple[list[float], bool, Any]:
     from transformers import Trainer, TrainerCallback, TrainingArguments
 
     losses: list[float] = []
@@ -90,6 +95,10 @@ def run_trainer(args: argparse.Namespace) -> tuple[list[float], bool]:
         def on_log(self, targs: Any, state: Any, control: Any, logs: Any = None, **kw: Any):
             if logs and "loss" in logs:
                 losses.append(float(logs["loss"]))
+
+        def on_step_begin(self, targs: Any, state: Any, control: Any, **kw: Any) -> None:
+            if int(os.environ.get("RANK", "0")) == args.late_rank:
+                time.sleep(0.02)  # arrives late at the gradient all_reduce
 
     with tempfile.TemporaryDirectory(prefix="stragg-hf-") as out:
         targs = TrainingArguments(
@@ -114,12 +123,17 @@ def run_trainer(args: argparse.Namespace) -> tuple[list[float], bool]:
             train_dataset=TokenData(args.steps * args.batch * 8, args.seed + 1),
             callbacks=[Losses()],
         )
+        report = None
+        if args.backend == "stragg" and args.report_every > 0:
+            import stragg.integrations.hf
+
+            report = stragg.integrations.hf.add_straggler_report(trainer, args.report_every)
         trainer.train()
         wrapped = isinstance(trainer.model_wrapped, torch.nn.parallel.DistributedDataParallel)
-    return losses, wrapped
+    return losses, wrapped, report
 
 
-def run_accelerate(args: argparse.Namespace) -> tuple[list[float], bool]:
+def run_accelerate(args: argparse.Namespace) -> tuple[list[float], bool, Any]:
     from accelerate import Accelerator
 
     accelerator = Accelerator(cpu=bool(args.use_cpu))
@@ -138,7 +152,7 @@ def run_accelerate(args: argparse.Namespace) -> tuple[list[float], bool]:
         opt.step()
         opt.zero_grad()
         losses.append(float(loss.detach()))
-    return losses, wrapped
+    return losses, wrapped, None
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -150,6 +164,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--batch", type=int, default=4, help="sequences per rank per step")
     p.add_argument("--lr", type=float, default=3e-3)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--report-every", type=int, default=2, help="straggler report period (0: off)")
+    p.add_argument("--late-rank", type=int, default=-1, help="this rank sleeps 20 ms per step")
     p.add_argument("--json", action="store_true", help="last stdout line: one JSON object")
     args = p.parse_args(argv)
     torch.set_num_threads(1)
@@ -160,7 +176,7 @@ def main(argv: list[str] | None = None) -> int:
         stragg.integrations.hf.use_stragg()  # the one line a user adds
 
     run = run_trainer if args.api == "trainer" else run_accelerate
-    losses, wrapped = run(args)
+    losses, wrapped, report = run(args)
     stats = stragg_stats()
     backend = str(dist.get_backend()) if dist.is_initialized() else None
     if dist.is_initialized():
@@ -174,6 +190,8 @@ def main(argv: list[str] | None = None) -> int:
         "wrapped_in_ddp": wrapped,
         "losses": losses,
         "stragg_stats": stats,
+        "straggler_report": report.last_report.to_dict() if report and report.last_report else None,
+        "reported_metrics": None if report is None else report.history,
     }
     print(
         f"{args.api} on {backend}: DDP {'yes' if wrapped else 'NO'}, "
@@ -181,6 +199,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     if stats is not None:
         print(f"stragg carried {stats['allreduce_calls']} all_reduces ({stats['transport']})")
+    if report is not None:
+        if report.last_report is not None:
+            print(report.last_report.table())
     if args.json:
         print(json.dumps(result), flush=True)
     return 0

@@ -4,6 +4,7 @@
     python examples/lightning_ddp.py --strategy ddp_stragg_hook   # Gloo + stragg's DDP hook
     python examples/lightning_ddp.py --strategy ddp               # Lightning's DDP on Gloo
     python examples/lightning_ddp.py --devices 4 --steps 50 --json
+    python examples/lightning_ddp.py --report-every 5 --late-rank 1   # the straggler report
 
 What a Lightning user adds for stragg is two lines:
 
@@ -14,8 +15,13 @@ Lightning starts the other ranks itself (it re-runs this script). The model is a
 built from a config dict, trained on synthetic regression data (nothing is downloaded); each
 rank reads its own shard (Lightning's DistributedSampler). Rank 0 prints its per-step losses
 and, on stragg, how many all_reduces stragg carried (stragg.backend_stats); `--json` prints
-them as one JSON object on the last line. The losses are the same on every strategy: the
-gradient average differs only in the summation order.
+them as one JSON object on the last line. On stragg, stragg.integrations.lightning's
+StragglerReportCallback takes a straggler report every `--report-every` steps (5; 0: off) and
+logs per-rank lateness and the verdict to the trainer's loggers; rank 0 prints what it logged
+and the last report's table. `--late-rank R` makes rank R sleep 20 ms before each step's
+backward (an injected straggler: the report names it; StragglAR itself needs 3 ranks or more).
+The losses are the same on every strategy: the gradient average differs only in the summation
+order.
 """
 
 from __future__ import annotations
@@ -23,6 +29,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import time
 from typing import Any
 
 import torch
@@ -36,6 +43,7 @@ except ImportError:
 
 import stragg
 import stragg.integrations.lightning  # registers "ddp_stragg", "ddp_stragg_hook"
+from stragg.integrations.lightning import StragglerReportCallback
 
 CONFIG = {"inputs": 16, "hidden": 64, "outputs": 4, "layers": 2}
 
@@ -60,13 +68,16 @@ def make_dataset(config: dict[str, int], samples: int, seed: int) -> TensorDatas
 
 
 class Regression(L.LightningModule):
-    def __init__(self, config: dict[str, int], lr: float) -> None:
+    def __init__(self, config: dict[str, int], lr: float, late_rank: int = -1) -> None:
         super().__init__()
         self.net = build_model(config)
         self.lr = lr
+        self.late_rank = late_rank
 
     def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
         x, y = batch
+        if self.global_rank == self.late_rank:
+            time.sleep(0.02)  # arrives late at the gradient all_reduce
         return nn.functional.mse_loss(self.net(x), y)
 
     def configure_optimizers(self) -> torch.optim.Optimizer:
@@ -98,14 +109,21 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--batch", type=int, default=16, help="samples per rank per step")
     p.add_argument("--lr", type=float, default=0.05)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--report-every", type=int, default=5, help="straggler report period (0: off)")
+    p.add_argument("--late-rank", type=int, default=-1, help="this rank sleeps 20 ms per step")
     p.add_argument("--json", action="store_true", help="last stdout line: one JSON object")
     args = p.parse_args(argv)
 
     L.seed_everything(args.seed, verbose=False)
-    model = Regression(CONFIG, args.lr)
+    model = Regression(CONFIG, args.lr, args.late_rank)
     data = make_dataset(CONFIG, args.steps * args.batch * args.devices, args.seed + 1)
     loader = DataLoader(data, batch_size=args.batch, shuffle=False)
     record = Record()
+    callbacks: list[Any] = [record]
+    report = None
+    if "stragg" in args.strategy and args.report_every > 0:
+        report = StragglerReportCallback(every_n_steps=args.report_every)
+        callbacks.append(report)
     trainer = L.Trainer(
         strategy=args.strategy,
         accelerator="cpu",
@@ -116,7 +134,7 @@ def main(argv: list[str] | None = None) -> int:
         enable_checkpointing=False,
         enable_progress_bar=False,
         enable_model_summary=False,
-        callbacks=[record],
+        callbacks=callbacks,
     )
     trainer.fit(model, loader)
     if trainer.global_rank != 0:
@@ -128,6 +146,8 @@ def main(argv: list[str] | None = None) -> int:
         "world_size": trainer.world_size,
         "losses": record.losses,
         "stragg_stats": record.stats,
+        "straggler_report": report.last_report.to_dict() if report and report.last_report else None,
+        "reported_metrics": None if report is None else report.history,
     }
     print(
         f"{args.strategy} ({result['strategy_class']}, default group on {result['backend']}), "
@@ -138,6 +158,12 @@ def main(argv: list[str] | None = None) -> int:
             f"stragg carried {record.stats['allreduce_calls']} all_reduces "
             f"({record.stats['transport']} transport)"
         )
+    if report is not None:
+        for step, metrics in report.history:  # what the callback logged
+            shown = ", ".join(f"{k} {v:.3g}" for k, v in metrics.items())
+            print(f"step {step}: {shown}")
+        if report.last_report is not None:
+            print(report.last_report.table())
     if args.json:
         print(json.dumps(result), flush=True)
     return 0

@@ -67,6 +67,13 @@ def test_example_on_stragg_matches_gloo(tmp_path: Path, api: str) -> None:
     # Two ranks: the gradient average is the same float on both backends.
     assert out["losses"] == gloo["losses"]
     assert out["losses"][-1] < out["losses"][0]
+    # The Trainer's StragglerReportCallback (every 2 steps) logged through trainer.log.
+    if api == "trainer":
+        assert [step for step, _ in out["reported_metrics"]] == list(range(2, STEPS + 1, 2))
+        assert out["straggler_report"]["n"] == 2
+        assert "stragg/straggler" in out["reported_metrics"][0][1]
+    else:
+        assert out["straggler_report"] is None
 
 
 @pytest.mark.slow

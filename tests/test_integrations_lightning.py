@@ -77,6 +77,9 @@ def test_example_runs_on_stragg_with_gloo_losses(
     # Two ranks: a + b in either order is the same float; the averages, hence losses, are equal.
     assert out["losses"] == gloo_run["losses"]
     assert out["losses"][-1] < out["losses"][0]
+    # StragglerReportCallback (every 5 steps) logged a report of the stragg group.
+    assert [step for step, _ in out["reported_metrics"]] == [5], out["reported_metrics"]
+    assert out["straggler_report"]["n"] == 2 and out["straggler_report"]["calls"] >= 4
 
 
 def test_strategies_registered_by_import() -> None:

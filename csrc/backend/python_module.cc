@@ -61,6 +61,8 @@ py::dict profiler_summary_dict(const stragg::Session& session) {
   d["median_delay_s"] = s.median_delay_s;
   d["critical_delay_s"] = s.critical_delay_s;
   d["predicted_gain_s"] = s.predicted_gain_s;
+  d["straggler_share"] = s.straggler_share;    // the same two for the profiler's straggler
+  d["straggler_gain_s"] = s.straggler_gain_s;  // (0 without one)
   d["last_counts"] = s.last_counts;
   d["window_last_counts"] = s.window_last_counts;
   d["delays_s"] = s.recent_delays_s;

@@ -224,10 +224,23 @@ void GroupProfiler::exchange(Executor& ex, const InternalSpec& spec,
   straggler_delay_s_.store(profiler_->candidate_median_delay_s());
   probe_stats_.exchange_every = every_;
   if (changed) {
+    // The verdict first (rank, share, delay), then the profiler's reason for it.
     const ProfilerSummary sum = profiler_->summary();
-    log_info("stragg: rank " + std::to_string(rank_) + " of group '" + group_ + "': profiler: " +
-             (sum.decisions.empty() ? std::string("straggler changed")
-                                    : sum.decisions.back().reason));
+    std::ostringstream m;
+    m << "stragg: rank " << rank_ << " of group '" << group_ << "': profiler: straggler verdict: ";
+    if (sum.straggler >= 0) {
+      m << "rank " << sum.straggler << " (last in " << std::fixed << std::setprecision(1)
+        << sum.straggler_share * 100 << "% of the window's significant calls";
+      if (sum.candidate == sum.straggler)
+        m << ", median delay " << std::setprecision(3) << sum.median_delay_s * 1e3 << " ms";
+      m << ")";
+    } else {
+      m << "none";
+    }
+    if (!sum.decisions.empty()) {
+      m << " from call " << sum.decisions.back().call << ": " << sum.decisions.back().reason;
+    }
+    log_info(m.str());
   }
   const int proposed_straggler = profiler_->straggler();
   const uint64_t exchanges = profiler_->exchanges();

@@ -12,11 +12,13 @@ from __future__ import annotations
 from ._config import table as settings_table
 from ._policy import Options, reset_policy, set_policy
 from ._registration import BACKEND_NAME, backend_stats, is_registered, recent_calls, register
+from .straggler import StragglerReport, straggler_detection, straggler_report
 
 __version__ = "0.1.0"
 __all__ = [
     "BACKEND_NAME",
     "Options",
+    "StragglerReport",
     "__version__",
     "backend_stats",
     "is_registered",
@@ -25,6 +27,8 @@ __all__ = [
     "reset_policy",
     "set_policy",
     "settings_table",
+    "straggler_detection",
+    "straggler_report",
 ]
 
 register()

@@ -80,7 +80,8 @@ def summary(group: dist.ProcessGroup | None = None) -> dict[str, Any]:
     """The profiler's state for `group` (default group) on this rank.
 
     Keys: enabled, n, calls, exchanges, straggler (rank StragglAR runs for, or None), candidate,
-    candidate_share, median_delay_s, critical_delay_s, predicted_gain_s, last_counts (per rank),
+    candidate_share, median_delay_s, critical_delay_s, predicted_gain_s (for the candidate),
+    straggler_share and straggler_gain_s (the same for the straggler), last_counts (per rank),
     window_last_counts, delays_s (recent per-call delay estimates), last_ranks (aligned with
     delays_s; -1 = nobody significantly late), decisions (list of {call, straggler, reason}),
     link ({alpha_s, beta_s_per_byte, source}), settings. Everything but the counters of calls

@@ -24,6 +24,9 @@ Launch as usual (`torchrun --nproc-per-node N script.py` or `accelerate launch`)
   synchronised and stragg carries no all_reduce. The common cause is a host without GPUs and
   ``cpu=False`` / ``use_cpu=False``: accelerate then trains every process on its own.
 
+:class:`StragglerReportCallback` (:func:`add_straggler_report`) logs per-rank lateness and the
+straggler verdict (:func:`stragg.straggler_report`) to the Trainer's loggers every N steps.
+
 :func:`restore` undoes both (tests). Call ``use_stragg()`` before accelerate's state exists: a
 state already set up on another backend raises ``RuntimeError``.
 """
@@ -51,7 +54,14 @@ except ImportError as _err:  # pragma: no cover - depends on the environment
 
 logger = logging.getLogger("stragg")
 
-__all__ = ["ModelNotWrappedWarning", "is_active", "restore", "use_stragg"]
+__all__ = [
+    "ModelNotWrappedWarning",
+    "StragglerReportCallback",
+    "add_straggler_report",
+    "is_active",
+    "restore",
+    "use_stragg",
+]
 
 _DISTRIBUTED = (DistributedType.MULTI_CPU, DistributedType.MULTI_GPU)
 _originals: dict[str, Any] = {}
@@ -198,3 +208,81 @@ def restore() -> None:
         return
     _state_module.PartialState._prepare_backend = _originals.pop("_prepare_backend")
     _acc_module.Accelerator.prepare_model = _originals.pop("prepare_model")
+
+
+try:
+    from transformers import TrainerCallback as _TrainerCallback
+except ImportError:  # pragma: no cover - accelerate without transformers
+    _TrainerCallback = object
+
+
+class StragglerReportCallback(_TrainerCallback):  # type: ignore[misc, valid-type]
+    """A transformers ``TrainerCallback`` that logs per-rank lateness and the straggler verdict
+    every ``every_n_steps`` optimizer steps.
+
+        trainer = Trainer(model, args, ...)
+        stragg.integrations.hf.add_straggler_report(trainer, every_n_steps=50)
+
+    Each report is ``stragg.straggler_report(group)`` (default: the default group) as
+    :func:`stragg.straggler.report_metrics` (``stragg/straggler``,
+    ``stragg/rank<r>/lateness_p50_ms``, ``.../lateness_ewma_ms``, ``.../share_last``,
+    ``.../score``, ``.../verdict``: 0 none, 1 transient, 2 chronic), passed to ``trainer.log``
+    (so every ``report_to`` integration and ``state.log_history`` get it) when the callback knows
+    the trainer (:func:`add_straggler_report`, or ``trainer=``); without it the metrics are
+    appended to ``state.log_history``. Every report also logs one INFO line (logger "stragg").
+    ``sync=True`` adds a stragg barrier per report so every rank's report is identical.
+    ``history`` holds (step, metrics) per report, ``last_report`` the latest StragglerReport. A
+    group that is not stragg, or whose profiler is off, raises when training starts.
+    """
+
+    def __init__(
+        self,
+        every_n_steps: int = 50,
+        group: dist.ProcessGroup | None = None,
+        sync: bool = False,
+        trainer: Any = None,
+    ) -> None:
+        if _TrainerCallback is object:
+            raise missing("hf", "transformers")
+        from ._report import PeriodicReport
+
+        self._periodic = PeriodicReport("StragglerReportCallback", every_n_steps, group, sync)
+        self.trainer = trainer
+
+    @property
+    def history(self) -> list[tuple[int, dict[str, float]]]:
+        return self._periodic.history
+
+    @property
+    def last_report(self) -> Any:
+        return self._periodic.last_report
+
+    def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        self._periodic.check(self._periodic.group)
+
+    def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        step = int(state.global_step)
+        metrics = self._periodic.take(step, self._periodic.group)
+        if metrics is None:
+            return
+        if self.trainer is not None:
+            # trainer.log's on_log clears control.should_log: restore it, or the step's own log
+            # (the loss) set by DefaultFlowCallback would be skipped.
+            should_log = control.should_log
+            self.trainer.log(dict(metrics))
+            control.should_log = should_log
+            self.trainer.control.should_log = should_log
+        else:
+            state.log_history.append({**metrics, "step": step})
+
+
+def add_straggler_report(
+    trainer: Any,
+    every_n_steps: int = 50,
+    group: dist.ProcessGroup | None = None,
+    sync: bool = False,
+) -> StragglerReportCallback:
+    """Adds a :class:`StragglerReportCallback` that logs through ``trainer.log``; returns it."""
+    callback = StragglerReportCallback(every_n_steps, group=group, sync=sync, trainer=trainer)
+    trainer.add_callback(callback)
+    return callback

@@ -12,6 +12,9 @@
   registers hooks on CUDA only (on CPU it silently trains without the hook); this strategy
   registers it on CPU as well as CUDA.
 
+:class:`StragglerReportCallback` logs per-rank lateness and the straggler verdict
+(:func:`stragg.straggler_report`) to the trainer's loggers every N steps.
+
 Both work with the ``pytorch_lightning`` package and with ``lightning`` (``lightning.pytorch``):
 the classes here belong to the first one found, :func:`strategy_classes` gives either. Both
 strategies register a ``comm_hook_state`` / stragg group a test can read with
@@ -29,6 +32,7 @@ import torch.distributed as dist
 from .. import ddp as stragg_ddp
 from .._registration import BACKEND_NAME
 from . import missing
+from ._report import PeriodicReport
 
 logger = logging.getLogger("stragg")
 
@@ -36,6 +40,8 @@ __all__ = [
     "STRATEGY_NAMES",
     "DDPStraggHookStrategy",
     "DDPStraggStrategy",
+    "StragglerReportCallback",
+    "callback_class",
     "register_strategies",
     "strategy_classes",
 ]
@@ -145,6 +151,85 @@ def _make_classes(namespace: str) -> tuple[type, type]:
     return DDPStraggStrategy, DDPStraggHookStrategy
 
 
+def _make_callback(namespace: str) -> type:
+    """The straggler-report callback of one Lightning namespace."""
+    callback_base = importlib.import_module(namespace).Callback
+
+    class StragglerReportCallback(callback_base):  # type: ignore[misc, valid-type]
+        """Logs per-rank lateness and the straggler verdict every ``every_n_steps`` steps.
+
+        Every ``every_n_steps`` optimizer steps it takes ``stragg.straggler_report(group)`` and
+        logs :func:`stragg.straggler.report_metrics` (``stragg/straggler``,
+        ``stragg/rank<r>/lateness_p50_ms``, ``.../lateness_ewma_ms``, ``.../share_last``,
+        ``.../score``, ``.../verdict``: 0 none, 1 transient, 2 chronic) to the trainer's loggers,
+        plus one INFO line (logger "stragg"). ``group``: the stragg group (default: the
+        strategy's ``stragg_group``, else the default group). ``sync=True`` adds a stragg barrier
+        per report so every rank's report is identical. ``history`` holds (step, metrics) per
+        report, ``last_report`` the latest StragglerReport. A group that is not stragg, or whose
+        profiler is off, raises when training starts.
+        """
+
+        def __init__(
+            self,
+            every_n_steps: int = 50,
+            group: dist.ProcessGroup | None = None,
+            sync: bool = False,
+        ) -> None:
+            super().__init__()
+            self._periodic = PeriodicReport(
+                "StragglerReportCallback", every_n_steps, group, sync
+            )
+
+        @property
+        def history(self) -> list[tuple[int, dict[str, float]]]:
+            return self._periodic.history
+
+        @property
+        def last_report(self) -> Any:
+            return self._periodic.last_report
+
+        def _group(self, trainer: Any) -> dist.ProcessGroup | None:
+            if self._periodic.group is not None:
+                return self._periodic.group
+            return getattr(trainer.strategy, "stragg_group", None)
+
+        def on_train_start(self, trainer: Any, pl_module: Any) -> None:
+            self._periodic.check(self._group(trainer))
+
+        def on_train_batch_end(
+            self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int
+        ) -> None:
+            step = int(trainer.global_step)
+            metrics = self._periodic.take(step, self._group(trainer))
+            if metrics is not None:
+                for lg in trainer.loggers:
+                    lg.log_metrics(metrics, step=step)
+
+    return StragglerReportCallback
+
+
+_CALLBACKS: dict[str, type] = {}
+
+
+def callback_class(namespace: str = "") -> type:
+    """StragglerReportCallback for ``"pytorch_lightning"`` or ``"lightning.pytorch"`` (default:
+    the first installed)."""
+    for name in (namespace,) if namespace else _NAMESPACES:
+        if name in _CALLBACKS:
+            return _CALLBACKS[name]
+        try:
+            cls = _make_callback(name)
+        except ImportError:
+            continue
+        unique = f"StragglerReportCallback__{name.replace('.', '_')}"
+        cls.__name__ = cls.__qualname__ = unique
+        cls.__module__ = __name__
+        globals()[unique] = cls
+        _CALLBACKS[name] = cls
+        return cls
+    raise missing("lightning", "pytorch-lightning (or lightning)")
+
+
 _CLASSES: dict[str, tuple[type, type]] = {}
 
 
@@ -207,3 +292,5 @@ for _cls, _name in (
 ):
     _cls.__name__ = _cls.__qualname__ = _name  # the documented names, for the default namespace
 del _cls, _name
+StragglerReportCallback = callback_class()
+StragglerReportCallback.__name__ = StragglerReportCallback.__qualname__ = "StragglerReportCallback"
