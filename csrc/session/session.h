@@ -156,18 +156,31 @@ class Session {
   std::optional<std::string> failure() const;
 
  private:
-  void run_call(AllreduceCall& call, CallRecord& record);
-  void run_barrier(std::chrono::milliseconds timeout);
-  void run_external(ExternalCall& call, uint64_t seq);
-  void check_external_header(const ExternalCall& call, uint64_t seq);
+  // Queueing and running calls (session_run.cc).
   uint64_t enqueue(SerialWorker::Job job, const char* name,
                    std::function<void(std::exception_ptr)> done);
+  void run_call(AllreduceCall& call, CallRecord& record);
   void run_on_executor(AllreduceCall& call, CallRecord& record);
-  bool oneshot_fits(const PlanChoice& choice, size_t bytes) const;
-  void finish_call(AllreduceCall& call, CallRecord& record, std::exception_ptr error);
+  void run_external(ExternalCall& call, uint64_t seq);
+  void check_external_header(const ExternalCall& call, uint64_t seq);
+  void run_barrier(std::chrono::milliseconds timeout);
+  CollectiveSpec next_spec(const char* name, DType dtype, size_t numel, bool internal);
+
+  // What a call runs (session_decide.cc), the same on every rank.
+  struct CallDecision {
+    bool oneshot = false;                  // the one-shot all_reduce (no plan)
+    std::shared_ptr<const RankPlan> plan;  // else this rank's plan of the planner's choice
+  };
+  // Fills the record's algorithm, plan, straggler, window and prediction.
+  CallDecision decide_call(const CollectiveSpec& spec, AllreduceCall& call, CallRecord& record);
+  PlanChoice decide_external(const ExternalCall& call) const;
   int call_straggler(const CollectiveSpec& spec, size_t bytes, AllreduceCall& call,
                      CallRecord& record);
-  CollectiveSpec next_spec(const char* name, DType dtype, size_t numel, bool internal);
+  bool oneshot_fits(const PlanChoice& choice, size_t bytes) const;
+
+  // The record and the counters of a finished call (session_record.cc).
+  void finish_call(AllreduceCall& call, CallRecord& record, std::exception_ptr error);
+
   std::string prefix() const;
   // Throws stragg::Error "stragg: rank R: <op> on a process group that was <state>".
   [[noreturn]] void refuse(const char* op, const std::string& state) const;
