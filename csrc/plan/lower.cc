@@ -205,8 +205,8 @@ PlanStep lower_round(const RoundOps& ops, size_t g, const Segmentation& seg, boo
     PlanOp op;
     op.peer = o->recv_peer;
     seg.run_range(g, o->recv_chunk, o->recv_count, &op.offset, &op.count);
-    op.reduce = core::is_reduce(o->recv_op);
-    op.received_first = o->recv_op == core::RecvOp::kReduceFirst;
+    op.reduce = core::is_reduce(o->recv_action);
+    op.received_first = o->recv_action == core::RecvAction::kReduceFirst;
     int send_index = -1;
     switch (classify(*o, ops, ordered_recvs, &send_index)) {
       case Overlap::kNone:

@@ -36,7 +36,7 @@ struct PlanOp {
   // read (no staging copy); otherwise the executor stages it.
   int follows_send = -1;
   // Receives with reduce only: the received data is the left operand (x = received (+) x;
-  // core::RecvOp::kReduceFirst), else the right one (x = x (+) received).
+  // core::RecvAction::kReduceFirst), else the right one (x = x (+) received).
   bool received_first = false;
 };
 
