@@ -242,7 +242,7 @@ void CudaAllreduce::Impl::run_task(Task& task, const PlanChoice* chosen) {
       const PlanChoice choice =
           chosen != nullptr ? *chosen : planner->choose(numel * elem, planner->straggler().rank, 0,
                                                             /*host=*/false);
-      exec->run(*planner->plan(rank, choice, numel, elem, /*ordered_recvs=*/false), spec, data,
+      exec->run(*planner->lower(rank, choice, numel, elem, /*ordered_recvs=*/false), spec, data,
                 stream, task.timeout);
     }
     if (task.op.average) gpu::divide(task.dtype, data, numel, size, stream);

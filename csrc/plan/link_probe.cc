@@ -58,21 +58,22 @@ bool probe_sends(int n, int round, int direction, int rank) {
   return direction == 0 ? rank < peer : rank > peer;
 }
 
-RankPlan link_probe_plan(int n, int rank, int round, int direction, int messages, size_t elems,
-                         ProbeShape shape) {
-  check_round_rank(n, round, rank, "link_probe_plan");
+LoweredSchedule link_probe_schedule(int n, int rank, int round, int direction, int messages,
+                                    size_t elems, ProbeShape shape) {
+  check_round_rank(n, round, rank, "link_probe_schedule");
   if (messages < 1)
-    throw Error("stragg: link_probe_plan: messages must be >= 1, got " + std::to_string(messages));
-  if (elems < 1) throw Error("stragg: link_probe_plan: elems must be >= 1, got 0");
+    throw Error("stragg: link_probe_schedule: messages must be >= 1, got " +
+                std::to_string(messages));
+  if (elems < 1) throw Error("stragg: link_probe_schedule: elems must be >= 1, got 0");
   const bool sender = probe_sends(n, round, direction, rank);
-  RankPlan plan;
+  LoweredSchedule plan;
   plan.tag = kLinkProbeTag;
   const int peer = probe_partner(n, round, rank);
   if (peer < 0) return plan;
   const size_t m = static_cast<size_t>(messages);
   const size_t total = m * elems;
   auto op = [&](size_t offset, size_t count) {
-    PlanOp o;
+    LoweredOp o;
     o.peer = peer;
     o.offset = offset;
     o.count = count;
@@ -80,7 +81,7 @@ RankPlan link_probe_plan(int n, int rank, int round, int direction, int messages
   };
   size_t last_landed = total;  // receiver: the last element the payload writes
   auto payload = [&](uint32_t id, size_t offset, size_t count) {
-    PlanStep s;
+    LoweredStep s;
     s.id = id;
     if (sender) {
       s.sends.push_back(op(offset, count));
@@ -107,7 +108,7 @@ RankPlan link_probe_plan(int n, int rank, int round, int direction, int messages
       ack_id = um + 4;
       break;
   }
-  PlanStep ack;
+  LoweredStep ack;
   ack.id = ack_id;
   if (sender) {
     ack.recvs.push_back(op(total, 1));

@@ -28,7 +28,7 @@
 
 #include "plan/link_model.h"
 #include "plan/settings.h"
-#include "runtime/plan.h"
+#include "runtime/lowered_schedule.h"
 
 namespace stragg {
 
@@ -57,8 +57,8 @@ enum class ProbeShape { kMany, kOne, kTiny };
 // ranks get no steps. Step ids are the same on both partners and differ between the shapes.
 // Tagged kLinkProbeTag. Throws stragg::Error for messages < 1, elems < 1, a bad round, rank or
 // direction.
-RankPlan link_probe_plan(int n, int rank, int round, int direction, int messages, size_t elems,
-                         ProbeShape shape);
+LoweredSchedule link_probe_schedule(int n, int rank, int round, int direction, int messages,
+                                    size_t elems, ProbeShape shape);
 
 // Smallest values estimate_link returns (the link's latency / time per byte are never zero).
 constexpr double kMinProbeAlpha = 1e-9;  // s

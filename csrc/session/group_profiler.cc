@@ -166,7 +166,7 @@ void GroupProfiler::exchange(Executor& ex, const InternalSpec& spec,
   row[k + 1] = batch_probe_s_;
   row[k + 2] = last_exchange_s_;
   const auto t0 = Clock::now();
-  ex.run(*small_allreduce_plan(rank_, n_, all.size()),
+  ex.run(*small_allreduce_schedule(rank_, n_, all.size()),
          spec("profiler exchange", DType::Float64, all.size()), all.data(), timeout);
   last_exchange_s_ = seconds(Clock::now() - t0);
   interval_spoiled_ = true;

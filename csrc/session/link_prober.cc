@@ -42,8 +42,8 @@ void LinkProber::run_slice(Executor& ex, const InternalSpec& spec,
   using Clock = std::chrono::steady_clock;
   auto& best = best_[static_cast<size_t>(slice.round) * 2 + slice.direction];
   for (int shape = 0; shape < 3; ++shape) {
-    const RankPlan plan = link_probe_plan(n_, rank_, slice.round, slice.direction, kMessages,
-                                          elems_, static_cast<ProbeShape>(shape));
+    const LoweredSchedule plan = link_probe_schedule(
+        n_, rank_, slice.round, slice.direction, kMessages, elems_, static_cast<ProbeShape>(shape));
     const CollectiveSpec s = spec("link probe", DType::Float32, buf_.size());
     const auto t0 = Clock::now();
     ex.run(plan, s, buf_.data(), timeout);
@@ -103,7 +103,7 @@ std::vector<LinkModel> LinkProber::finish(Executor& ex, const InternalSpec& spec
     }
   }
   // All-gather through a sum: every rank fills its own row, zeros elsewhere (x + 0 is exact).
-  ex.run(*small_allreduce_plan(rank_, n_, all.size()),
+  ex.run(*small_allreduce_schedule(rank_, n_, all.size()),
          spec("link probe exchange", DType::Float64, all.size()), all.data(), timeout);
   std::vector<LinkModel> matrix(n * n);
   for (size_t i = 0; i < n * n; ++i) {

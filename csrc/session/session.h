@@ -168,10 +168,10 @@ class Session {
 
   // What a call runs (session_decide.cc), the same on every rank.
   struct CallDecision {
-    bool oneshot = false;                  // the one-shot all_reduce (no plan)
-    std::shared_ptr<const RankPlan> plan;  // else this rank's plan of the planner's choice
+    bool oneshot = false;                             // the one-shot all_reduce (no schedule)
+    std::shared_ptr<const LoweredSchedule> schedule;  // else the planner's choice for this rank
   };
-  // Fills the record's algorithm, plan, straggler, window and prediction.
+  // Fills the record's algorithm, schedule name, straggler, window and prediction.
   CallDecision decide_call(const CollectiveSpec& spec, AllreduceCall& call, CallRecord& record);
   PlanChoice decide_external(const ExternalCall& call) const;
   int call_straggler(const CollectiveSpec& spec, size_t bytes, AllreduceCall& call,
@@ -208,7 +208,7 @@ class Session {
   uint64_t agreements_ = 0;  // dynamic straggler agreements so far (the arrival board's key)
   int64_t current_call_ = -1;  // the user call running (or last run): errors name it
   PlanChoice last_choice_;     // the last call's choice and its description (records)
-  std::string last_plan_;
+  std::string last_schedule_name_;
 
   std::atomic<int64_t> allreduce_calls_{0};
   std::atomic<int64_t> allreduce_bytes_{0};

@@ -48,20 +48,21 @@ Session::CallDecision Session::decide_call(const CollectiveSpec& spec, Allreduce
   CallDecision decision;
   decision.oneshot = oneshot_fits(choice, call.numel * elem);
   if (decision.oneshot) {
-    record.algorithm = record.plan = "oneshot";
+    record.algorithm = record.schedule_name = "oneshot";
     record.straggler = -1;
     record.predicted_s = planner_->predict_oneshot(call.numel * elem);
   } else {
     record.algorithm = stragg::algorithm_name(choice.algorithm);
-    if (!(choice == last_choice_) || last_plan_.empty()) {  // describe() formats: once per choice
+    // describe() formats: once per choice.
+    if (!(choice == last_choice_) || last_schedule_name_.empty()) {
       last_choice_ = choice;
-      last_plan_ = choice.describe();
+      last_schedule_name_ = choice.describe();
     }
-    record.plan = last_plan_;
+    record.schedule_name = last_schedule_name_;
     record.straggler = choice.straggler;
     record.predicted_s = choice.predicted_s;
-    decision.plan =
-        planner_->plan(opt_.rank, choice, call.numel, elem, transport_->supports_recv_limit());
+    decision.schedule =
+        planner_->lower(opt_.rank, choice, call.numel, elem, transport_->supports_recv_limit());
   }
   return decision;
 }

@@ -20,7 +20,7 @@ void Session::finish_call(AllreduceCall& call, CallRecord& record, std::exceptio
   if (opt_.settings.debug == DebugLevel::Detail) {
     std::ostringstream m;
     m << prefix() << " all_reduce #" << record.seq << " " << record.bytes << " B via "
-      << record.plan << " straggler " << record.straggler << ": queued "
+      << record.schedule_name << " straggler " << record.straggler << ": queued "
       << record.queued_s * 1e6 << " us, agreement " << record.agreement_s * 1e6 << " us (window "
       << record.window_s * 1e6 << " us), run " << record.run_s * 1e6 << " us (waiting "
       << record.wait_s * 1e6 << " us, pre-arrival " << record.pre_arrival_s * 1e6 << " us)"

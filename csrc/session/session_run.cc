@@ -160,7 +160,7 @@ void Session::barrier(std::chrono::milliseconds timeout,
 
 void Session::run_call(AllreduceCall& call, CallRecord& record) {
   record.algorithm = path_ == AllreducePath::Delegate ? "gloo" : "local";
-  record.plan = record.algorithm;
+  record.schedule_name = record.algorithm;
   if (call.premul && call.numel > 0) {
     scale_inplace(call.dtype, call.data, call.numel, call.premul_factor);
   }
@@ -186,7 +186,7 @@ void Session::run_on_executor(AllreduceCall& call, CallRecord& record) {
     if (decision.oneshot) {
       executor_->run_oneshot(spec, call.data, oneshot_calls_++, call.timeout);
     } else {
-      executor_->run(*decision.plan, spec, call.data, call.timeout);
+      executor_->run(*decision.schedule, spec, call.data, call.timeout);
     }
   } catch (...) {
     record.run_s = seconds_since(run_start);
@@ -209,7 +209,7 @@ void Session::check_external_header(const ExternalCall& call, uint64_t seq) {
   rows[me * 3 + 1] = static_cast<int64_t>(call.dtype);
   rows[me * 3 + 2] = static_cast<int64_t>(call.op);
   current_call_ = static_cast<int64_t>(seq);
-  executor_->run(*small_allreduce_plan(opt_.rank, opt_.size, rows.size()),
+  executor_->run(*small_allreduce_schedule(opt_.rank, opt_.size, rows.size()),
                  next_spec("header exchange", DType::Int64, rows.size(), /*internal=*/true),
                  rows.data(), call.timeout);
   for (size_t q = 0; q < n; ++q) {
@@ -254,7 +254,7 @@ void Session::run_barrier(std::chrono::milliseconds timeout) {
   int32_t token = 0;
   CollectiveSpec spec = next_spec("barrier", DType::Int32, 1, /*internal=*/true);
   spec.between_calls = true;
-  executor_->run(*small_allreduce_plan(opt_.rank, opt_.size, 1), spec, &token, timeout);
+  executor_->run(*small_allreduce_schedule(opt_.rank, opt_.size, 1), spec, &token, timeout);
 }
 
 CollectiveSpec Session::next_spec(const char* name, DType dtype, size_t numel, bool internal) {
