@@ -1,7 +1,6 @@
 // The schedule IR's data structures (csrc/core/ir.h): schedules, compact patterns and their
-// expansion, chunk ranges, per-rank programs, structural validation, relabelling. One file over
-// 500 lines on purpose: every function here operates on Schedule's invariants, which
-// validate_structure() states once; splitting it would scatter the invariants from their checks.
+// expansion, chunk ranges, per-rank programs, structural validation, relabelling. Every function
+// here relies on Schedule's invariants, which validate_structure() states and checks.
 #include "core/ir.h"
 
 #include <algorithm>

@@ -116,7 +116,7 @@ LoweredSchedule link_probe_schedule(int n, int rank, int round, int direction, i
     // The acknowledgement reads the payload's last element, so the executor sends it only once
     // the payload has landed (the receives from one peer complete in order). An ack that read
     // other memory could leave at once: a warm TCP connection takes the whole payload into its
-    // send buffer, and the sender then timed its own buffering (GB/s on a 150 Mbit/s link).
+    // send buffer, and the sender would time its own buffering instead of the link.
     ack.sends.push_back(op(last_landed, 1));
   }
   plan.steps.push_back(std::move(ack));

@@ -15,7 +15,7 @@ namespace {
 
 // Candidates of Auto without a straggler. Direct is not one: the flat alpha-beta model charges
 // its n-1 concurrent messages a single alpha, which overstates it wherever the messages of one
-// round are serialised (shared memory on a few cores: measured slower than RHD at 4 KiB).
+// round are serialised (shared memory on a few cores).
 constexpr Algorithm kAutoCandidates[] = {Algorithm::Ring, Algorithm::Rhd};
 // Recursive doubling is a candidate of Auto without a straggler up to this size (host calls
 // only: PlannerConfig::rd_max_bytes). It sends the whole buffer every round, and its swapped
@@ -25,13 +25,10 @@ constexpr size_t kAutoChoiceCacheLimit = 4096;
 constexpr size_t kLoweredCacheLimit = 64;
 // OptCC needs at least this many bytes per chunk to be worth a candidate (below, alpha rules).
 constexpr double kMinOptccChunkBytes = 4096;
-// OptCC's segment count: the lockstep model's optimum is flat (pipeline bubbles shrink as 1/k
-// while a latency per round is added), but the executor overlaps a segment's latency with the
-// other segments' transfers, which the model does not credit, so on real links more segments run
-// faster and steadier than it predicts. Measured on the emulated 5-host cluster (300 Mbit/s, host
-// 4 at l = 1.14, 16 MiB, median of 7): k = 16, the model's pick by 0.8%, 0.838 s with a 4% IQR;
-// k = 32 and 64 0.80 s with 1%. So among the counts predicted within this share of the fastest,
-// the largest runs.
+// OptCC's segment count: among the counts predicted within this share of the fastest, the
+// largest runs. The executor overlaps a segment's latency with the other segments' transfers,
+// which the lockstep model does not credit, so more segments run faster and steadier than it
+// predicts (docs/benchmarks.md, "Numbers behind constants").
 constexpr double kSegmentTolerance = 0.02;
 
 void check_link(const LinkModel& l) {
@@ -351,9 +348,8 @@ PlanChoice Planner::auto_degraded(size_t bytes, int call_straggler, double delay
         continue;  // a generator that cannot serve this configuration is no candidate
       }
     }
-    // Against Ring, OptCC needs no margin: on the emulated clusters a degraded host slowed Ring
-    // down far more than the model's factor l (host at l = 1.14: Ring at 1.39x its healthy time
-    // at p = 4 and 5, the model 1.14x), so the model already errs in Ring's favour here.
+    // Against Ring, OptCC needs no margin: a degraded host slows Ring down by more than the
+    // model's factor l, so the model already errs in Ring's favour here.
     const bool optcc_vs_ring = c.algorithm == Algorithm::Optcc && best.algorithm == Algorithm::Ring;
     if (t < (optcc_vs_ring ? ring : best_time)) {
       best = c;

@@ -16,7 +16,7 @@
 //  * Where an algorithm cannot serve n (StragglAR at n <= 2, StragglAR at a size without a fast
 //    construction) the planner falls back to Ring and says so in notes().
 // Every schedule, Ring included, comes from csrc/core (built, verified, then lowered by
-// plan/lower.h); schedules and lowered plans are cached.
+// plan/lower.h); schedules and lowered schedules are cached.
 #pragma once
 
 #include <list>

@@ -16,7 +16,7 @@ namespace {
 // leaves Ring only for a predicted gain of 5% or more, and the plan check undoes a slower plan.
 constexpr double kDegradedThreshold = 1.05;
 // A newly degraded rank below this factor is confirmed by a second probe first (the links'
-// mean readings of the two decide): one probe can read a healthy host 1.12 slow.
+// mean readings of the two decide): one probe can read a healthy host above the threshold.
 constexpr double kSureFactor = 1.25;
 // Step times drifted when the measured/model ratio moves this far from the one after the last
 // probe; drift re-probes at most once per this many exchanges.
@@ -127,8 +127,8 @@ void GroupProfiler::after_call(Executor& ex, const InternalSpec& spec, const Cal
   batch_predicted_.push_back(record.predicted_s);
   try {
     // An extra exchange after the first kFirstBatchCalls calls: until it the planner has only
-    // the default link model (fast links), which on a slow network picks a plan 25-60% slower
-    // for large calls. The next one is at call K again, so the later ones keep their schedule.
+    // the default link model (fast links), which on a slow network picks slower schedules for
+    // large calls. The next one is at call K again, so the later ones keep their schedule.
     int batch = every_;
     if (exchanges_done_ == 0 && every_ > kFirstBatchCalls) batch = kFirstBatchCalls;
     if (exchanges_done_ == 1 && early_exchange_) batch = std::max(1, every_ - kFirstBatchCalls);
@@ -237,8 +237,7 @@ void GroupProfiler::exchange(Executor& ex, const InternalSpec& spec,
   schedule_probes(beta, k, batch_period);
   {
     // Until a probe has measured the links, the calls' own rate is a better model than the
-    // default (made for fast links): on 300 Mbit/s the default made Auto run RHD for 10 MiB,
-    // 25% slower than Ring there.
+    // default, which is made for fast links and picks slower algorithms on slow ones.
     std::unique_lock<std::mutex> guard(mu_);
     if (link_source_ != "measured" && beta > 0) {
       link_.beta_s_per_byte = beta;

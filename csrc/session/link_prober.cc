@@ -9,9 +9,8 @@
 namespace stragg {
 namespace {
 
-// probe_now(): 8 messages of 128 KiB against one of 1 MiB, best of 5, on every link. 1 MiB
-// transfers: on the emulated 5-host 300 Mbit/s cluster healthy hosts then read within 1.026 of
-// each other and a host at l = 1.14 at 1.09-1.15 (0.5 MiB transfers: up to 1.055 and 1.05-1.16).
+// probe_now(): 8 messages of 128 KiB against one of 1 MiB, best of 5, on every link. Transfers
+// of 1 MiB rather than less: shorter ones read healthy hosts further apart.
 constexpr size_t kFullTransferBytes = 1 << 20;
 constexpr int kFullRepetitions = 5;
 constexpr double kUnmeasured = 1e300;
