@@ -337,43 +337,36 @@ void GroupProfiler::campaign_finished(std::vector<LinkModel> matrix) {
     pending_ = average_links(first_matrix_, matrix);
     return;
   }
+  if (needs_second_probe(matrix)) {
+    confirming_ = true;
+    first_matrix_ = std::move(matrix);
+    prober_.start(prober_.transfer_bytes());
+    return;
+  }
+  pending_ = std::move(matrix);
+}
+
+bool GroupProfiler::needs_second_probe(const std::vector<LinkModel>& matrix) {
   std::vector<Slowdown> current;
   {
     std::lock_guard<std::mutex> lock(mu_);
     current = analysis_.degraded;
   }
   // Every rank holds the same matrix and verdict: all decide alike to probe again.
-  if (several_hosts()) {
-    const LinkAnalysis first = analyze_links(network_links(matrix), n_, kDegradedThreshold);
-    if (needs_confirmation(first, current, kSureFactor)) {
-      log_info("stragg: rank " + std::to_string(rank_) + " of group '" + group_ +
-               "': link probe: " + degraded_text(first.degraded) + "; probing again to confirm");
-      confirming_ = true;
-      first_matrix_ = std::move(matrix);
-      prober_.start(prober_.transfer_bytes());
-      return;
-    }
-  }
-  pending_ = std::move(matrix);
+  if (!several_hosts()) return false;
+  const LinkAnalysis first = analyze_links(network_links(matrix), n_, kDegradedThreshold);
+  if (!needs_confirmation(first, current, kSureFactor)) return false;
+  log_info("stragg: rank " + std::to_string(rank_) + " of group '" + group_ +
+           "': link probe: " + degraded_text(first.degraded) + "; probing again to confirm");
+  return true;
 }
 
 void GroupProfiler::probe_links(Executor& ex, const InternalSpec& spec,
                                 std::chrono::milliseconds timeout) {
   const auto t0 = Clock::now();
   std::vector<LinkModel> matrix = prober_.probe_now(ex, spec, timeout);
-  std::vector<Slowdown> current;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    current = analysis_.degraded;
-  }
-  // Every rank holds the same matrix and verdict: all decide alike to probe again.
-  if (several_hosts()) {
-    const LinkAnalysis first = analyze_links(network_links(matrix), n_, kDegradedThreshold);
-    if (needs_confirmation(first, current, kSureFactor)) {
-      log_info("stragg: rank " + std::to_string(rank_) + " of group '" + group_ +
-               "': link probe: " + degraded_text(first.degraded) + "; probing again to confirm");
-      matrix = average_links(matrix, prober_.probe_now(ex, spec, timeout));
-    }
+  if (needs_second_probe(matrix)) {
+    matrix = average_links(matrix, prober_.probe_now(ex, spec, timeout));
   }
   const double spent = seconds(Clock::now() - t0);
   interval_spoiled_ = true;
