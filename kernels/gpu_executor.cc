@@ -28,14 +28,14 @@ size_t align_like(size_t pos, size_t dst_byte_offset) {
   return base + want;
 }
 
-bool lands_in_scratch(const PlanOp& r) { return r.reduce || r.staged || r.follows_send >= 0; }
+bool lands_in_scratch(const LoweredOp& r) { return r.reduce || r.staged || r.follows_send >= 0; }
 
 // Bytes of scratch the largest step needs.
-size_t scratch_needed(const RankPlan& plan, size_t elem) {
+size_t scratch_needed(const LoweredSchedule& plan, size_t elem) {
   size_t need = 0;
-  for (const PlanStep& step : plan.steps) {
+  for (const LoweredStep& step : plan.steps) {
     size_t pos = 0;
-    for (const PlanOp& r : step.recvs) {
+    for (const LoweredOp& r : step.recvs) {
       if (r.count == 0 || !lands_in_scratch(r)) continue;
       pos = align_like(pos, r.offset * elem) + r.count * elem;
     }
@@ -103,23 +103,23 @@ void* GpuExecutor::scratch(size_t bytes) {
 }
 
 // One p2p group per step, then the kernels / copies of the receives that landed in scratch.
-void GpuExecutor::enqueue_steps(const RankPlan& plan, const CollectiveSpec& spec, uint8_t* bytes,
-                                Clock::time_point deadline) {
+void GpuExecutor::enqueue_steps(const LoweredSchedule& plan, const CollectiveSpec& spec,
+                                uint8_t* bytes, Clock::time_point deadline) {
   const size_t elem = dtype_size(spec.dtype);
   const size_t need = scratch_needed(plan, elem);
   auto* scratch_base = static_cast<uint8_t*>(need ? scratch(need) : nullptr);
   std::vector<ScratchRecv> scratch_recvs;
-  for (const PlanStep& step : plan.steps) {
+  for (const LoweredStep& step : plan.steps) {
     scratch_recvs.clear();
     p2p_.group_start();
-    for (const PlanOp& s : step.sends) {
+    for (const LoweredOp& s : step.sends) {
       if (s.count == 0) continue;
       p2p_.send(bytes + s.offset * elem, s.count * elem, s.peer, stream_);
       stats_.bytes_sent += s.count * elem;
     }
     size_t pos = 0;
     for (size_t i = 0; i < step.recvs.size(); ++i) {
-      const PlanOp& r = step.recvs[i];
+      const LoweredOp& r = step.recvs[i];
       if (r.count == 0) continue;
       if (lands_in_scratch(r)) {
         pos = align_like(pos, r.offset * elem);
@@ -136,7 +136,7 @@ void GpuExecutor::enqueue_steps(const RankPlan& plan, const CollectiveSpec& spec
     p2p_.group_end(std::max(left, std::chrono::milliseconds(1)));
     // The group is complete on the stream: apply what landed in scratch.
     for (const ScratchRecv& sr : scratch_recvs) {
-      const PlanOp& r = step.recvs[sr.op_index];
+      const LoweredOp& r = step.recvs[sr.op_index];
       uint8_t* dst = bytes + r.offset * elem;
       const uint8_t* src = scratch_base + sr.scratch_offset;
       if (r.reduce) {
@@ -149,7 +149,7 @@ void GpuExecutor::enqueue_steps(const RankPlan& plan, const CollectiveSpec& spec
   }
 }
 
-GpuCompletion GpuExecutor::run(const RankPlan& plan, const CollectiveSpec& spec, void* buf,
+GpuCompletion GpuExecutor::run(const LoweredSchedule& plan, const CollectiveSpec& spec, void* buf,
                                Stream caller_stream, std::chrono::milliseconds timeout) {
   const auto start = Clock::now();
   const std::string where = prefix(p2p_, spec);

@@ -1,5 +1,5 @@
-// Runs a RankPlan (csrc/runtime/plan.h) on a device buffer, stream-ordered (no torch; no CUDA
-// headers: the device is the Device interface of device.h, CUDA's or the host's).
+// Runs a LoweredSchedule (csrc/runtime/lowered_schedule.h) on a device buffer, stream-ordered (no
+// torch; no CUDA headers: the device is the Device interface of device.h, CUDA's or the host's).
 //
 // Stream semantics (those of ProcessGroupNCCL): run() orders the collective after everything
 // already enqueued on the caller's stream (an event recorded there, waited on by the executor's
@@ -11,7 +11,7 @@
 // Per step: one p2p group (GpuP2P::group_start, the step's sends and receives, group_end) on the
 // executor stream, then, on the same stream, the reduce kernel (or copy) of each receive that
 // landed in scratch memory. A receive lands in scratch when it reduces, when it is staged
-// (PlanOp::staged) or when it overlaps a send of the step (PlanOp::follows_send): since the
+// (LoweredOp::staged) or when it overlaps a send of the step (LoweredOp::follows_send): since the
 // kernels run after the whole group completed, sends read the data as it was at the start of the
 // step, exactly the CPU executor's semantics. Plain overwriting receives land in place. Reduce
 // kernels compute dst = dst op received, the CPU operand order, so results match the CPU path.
@@ -37,7 +37,7 @@
 #include "kernels/device.h"
 #include "kernels/gpu_p2p.h"
 #include "runtime/executor.h"
-#include "runtime/plan.h"
+#include "runtime/lowered_schedule.h"
 
 namespace stragg::gpu {
 
@@ -81,7 +81,7 @@ class GpuExecutor {
   // the work enqueued on `caller_stream` so far. The host blocks only where the p2p layer needs
   // its peers' host-side progress, at most `timeout` in all. AVG / PREMUL_SUM are the caller's
   // (gpu::divide / gpu::scale on the caller's stream).
-  GpuCompletion run(const RankPlan& plan, const CollectiveSpec& spec, void* buf,
+  GpuCompletion run(const LoweredSchedule& plan, const CollectiveSpec& spec, void* buf,
                     Stream caller_stream, std::chrono::milliseconds timeout);
 
   // Blocks the host until `done` completed, polling the event and GpuP2P::async_error().
@@ -99,7 +99,7 @@ class GpuExecutor {
 
  private:
   void* scratch(size_t bytes);
-  void enqueue_steps(const RankPlan& plan, const CollectiveSpec& spec, uint8_t* bytes,
+  void enqueue_steps(const LoweredSchedule& plan, const CollectiveSpec& spec, uint8_t* bytes,
                      std::chrono::steady_clock::time_point deadline);
 
   GpuP2P& p2p_;

@@ -1,7 +1,7 @@
 // Point-to-point layer of the GPU executor (no torch; no CUDA headers): moves bytes between device
 // buffers of the ranks of one group, stream-ordered. Implementations: CudaIpcP2P (one node, CUDA
-// IPC), NcclP2P (NCCL), HostP2P (in-process ranks on the host device, for CI); CudaIpcP2P and
-// HostP2P share their protocol (staged_p2p.h).
+// IPC), NcclP2P (NCCL), HostP2P (in-process ranks on the host device, for CI), LocalP2P (a one-rank
+// group: nothing to move); CudaIpcP2P and HostP2P share their protocol (staged_p2p.h).
 //
 // Between group_start() and group_end() the caller posts the sends and receives of one schedule
 // step; group_end() enqueues them all on their streams so that they progress concurrently (no

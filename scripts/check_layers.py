@@ -27,7 +27,7 @@ LAYERS: list[tuple[str, int]] = [
     ("common", 0),  # errors, logging, host identity, rendezvous
     ("core", 1),  # schedule IR, generators, verifier, simulator
     ("transport", 2),  # Transport interface; shm/, tcp/, mixed/
-    ("runtime", 3),  # executor over a Transport, reductions, RankPlan
+    ("runtime", 3),  # executor over a Transport, reductions, LoweredSchedule
     ("plan", 4),  # settings table, planner, lowering, profiler
     ("kernels", 4),  # GPU executor, kernels, GPU point-to-point (above runtime, beside plan)
     ("session", 5),  # the torch-free coordinator of a group

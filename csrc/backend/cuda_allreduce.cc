@@ -1,7 +1,7 @@
 // all_reduce on CUDA tensors on stragg's GPU executor; see cuda_allreduce.h for the semantics.
-// Over 500 lines on purpose: it is the only file built with STRAGG_BACKEND_CUDA besides the
-// kernels, and its parts (p2p setup, the in-flight list and its poller, shutdown) share one
-// lock and one lifetime; the torch-free logic they drive lives in kernels/ and csrc/session.
+// CudaAllreduce::Impl: the lazy p2p setup, the tasks the session's worker enqueues on the GPU, and
+// the list of calls in flight with the poller thread that completes or fails them; they share one
+// lock and one lifetime. The Work each call returns is in cuda_work.h.
 #ifndef STRAGG_BACKEND_CUDA
 #error "cuda_allreduce.cc is compiled only with -DSTRAGG_BACKEND_CUDA (CMake STRAGG_BACKEND_CUDA)"
 #endif
@@ -19,9 +19,7 @@
 
 #include <algorithm>
 #include <atomic>
-#include <cctype>
 #include <condition_variable>
-#include <cstdlib>
 #include <deque>
 #include <exception>
 #include <mutex>
@@ -31,12 +29,15 @@
 #include <utility>
 #include <vector>
 
+#include "backend/cuda_work.h"
 #include "backend/dist_error.h"
 #include "backend/store_rendezvous.h"
 #include "backend/type_mapping.h"
+#include "kernels/cuda_check.h"
 #include "kernels/cuda_ipc_p2p.h"
 #include "kernels/gpu_executor.h"
 #include "kernels/gpu_p2p.h"
+#include "kernels/local_p2p.h"
 #include "kernels/reduce_kernels.h"
 #ifdef STRAGG_BACKEND_NCCL
 #include "kernels/nccl_p2p.h"
@@ -49,191 +50,12 @@ namespace stragg {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-using EventPtr = std::shared_ptr<CUevent_st>;
 
 constexpr const char* kOpName = "all_reduce";
-
-[[noreturn]] void throw_dist(const std::string& msg) { C10_THROW_ERROR(DistBackendError, msg); }
 
 std::exception_ptr dist_error(const std::string& msg) {
   return to_dist_error(std::make_exception_ptr(Error(msg)));
 }
-
-std::string cuda_message(cudaError_t rc) {
-  return std::string(cudaGetErrorName(rc)) + " (" + cudaGetErrorString(rc) + ")";
-}
-
-// An event on `device` (timing disabled), destroyed with its last owner.
-EventPtr make_event(int device) {
-  c10::cuda::CUDAGuard guard(static_cast<c10::DeviceIndex>(device));
-  cudaEvent_t ev = nullptr;
-  const cudaError_t rc = cudaEventCreateWithFlags(&ev, cudaEventDisableTiming);
-  if (rc != cudaSuccess) throw Error("cudaEventCreateWithFlags: " + cuda_message(rc));
-  return EventPtr(ev, [](cudaEvent_t e) { cudaEventDestroy(e); });
-}
-
-// The p2p layer of a one-rank group: nothing to move (the executor only provides its stream).
-class LocalP2P final : public gpu::GpuP2P {
- public:
-  explicit LocalP2P(int device) : device_(device) {}
-  const char* name() const override { return "local"; }
-  int rank() const override { return 0; }
-  int size() const override { return 1; }
-  int device() const override { return device_; }
-  void group_start() override {}
-  void send(const void*, size_t, int peer, cudaStream_t) override {
-    throw Error("stragg: local p2p: send to peer " + std::to_string(peer) + " in a one-rank group");
-  }
-  void recv(void*, size_t, int peer, cudaStream_t) override {
-    throw Error("stragg: local p2p: recv from peer " + std::to_string(peer) + " in a one-rank group");
-  }
-  void group_end(std::chrono::milliseconds) override {}
-  std::optional<std::string> async_error() override {
-    std::lock_guard<std::mutex> lock(mu_);
-    return reason_;
-  }
-  void abort(const std::string& reason) override {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (!reason_) reason_ = reason;
-  }
-
- private:
-  int device_;
-  std::mutex mu_;
-  std::optional<std::string> reason_;
-};
-
-// The Work of one CUDA all_reduce. States: Queued (the worker has not enqueued it yet),
-// Enqueued (its GPU work and completion event are enqueued), Done (the event fired), Failed.
-class CudaWork final : public c10d::Work {
- public:
-  CudaWork(int rank, int device, std::string where, at::Tensor output, EventPtr done)
-      : c10d::Work(rank, c10d::OpType::ALLREDUCE, "stragg:all_reduce"),
-        device_(device),
-        where_(std::move(where)),
-        outputs_{std::move(output)},
-        done_(std::move(done)),
-        future_(c10::make_intrusive<c10::ivalue::Future>(
-            c10::ListType::create(c10::TensorType::get()))) {}
-
-  std::vector<at::Tensor> result() override { return outputs_; }
-  c10::intrusive_ptr<c10::ivalue::Future> getFuture() override { return future_; }
-
-  bool isCompleted() override {
-    {
-      std::lock_guard<std::mutex> lock(m_);
-      if (state_ == State::Done || state_ == State::Failed) return true;
-      if (state_ == State::Queued) return false;
-    }
-    // Enqueued: the event says. A query error is left to the poller, which fails the call.
-    return cudaEventQuery(done_.get()) == cudaSuccess;
-  }
-
-  bool isSuccess() const override {
-    std::lock_guard<std::mutex> lock(m_);
-    return state_ != State::Failed;
-  }
-
-  std::exception_ptr exception() const override {
-    std::lock_guard<std::mutex> lock(m_);
-    return error_;
-  }
-
-  // Makes the caller's current stream (of the tensor's device) wait for the collective. No-op
-  // while the call is not enqueued yet or failed (wait() handles both).
-  void synchronize() override {
-    {
-      std::lock_guard<std::mutex> lock(m_);
-      if (state_ == State::Queued || state_ == State::Failed) return;
-    }
-    const auto dev = static_cast<c10::DeviceIndex>(device_);
-    c10::cuda::CUDAGuard guard(dev);
-    const cudaStream_t current = c10::cuda::getCurrentCUDAStream(dev).stream();
-    const cudaError_t rc = cudaStreamWaitEvent(current, done_.get(), 0);
-    if (rc != cudaSuccess) throw_dist(where_ + ": Work.wait: cudaStreamWaitEvent: " + cuda_message(rc));
-  }
-
-  // Blocks the host until the call is enqueued on the GPU (not until it finished there), makes
-  // the current stream wait for it and rethrows its error.
-  bool wait(std::chrono::milliseconds timeout) override {
-    {
-      std::unique_lock<std::mutex> lock(m_);
-      auto started = [&] { return state_ != State::Queued; };
-      if (timeout == ::kNoTimeout) {
-        cv_.wait(lock, started);
-      } else if (!cv_.wait_for(lock, timeout, started)) {
-        std::ostringstream m;
-        m << where_ << ": Work.wait timed out after " << timeout.count() / 1000.0
-          << " s: the call was not enqueued on the GPU yet";
-        throw_dist(m.str());
-      }
-      if (state_ == State::Failed) std::rethrow_exception(error_);
-    }
-    synchronize();
-    std::lock_guard<std::mutex> lock(m_);
-    if (state_ == State::Failed) std::rethrow_exception(error_);
-    return true;
-  }
-
-  cudaEvent_t done_event() const { return done_.get(); }
-  const std::string& where() const { return where_; }
-
-  // Worker thread: the GPU work and the completion event are enqueued.
-  void mark_enqueued() {
-    {
-      std::lock_guard<std::mutex> lock(m_);
-      if (state_ != State::Queued) return;
-      state_ = State::Enqueued;
-    }
-    cv_.notify_all();
-  }
-
-  // Poller thread: the completion event fired.
-  void mark_done() {
-    {
-      std::lock_guard<std::mutex> lock(m_);
-      if (state_ == State::Done || state_ == State::Failed) return;
-      state_ = State::Done;
-    }
-    cv_.notify_all();
-    try {
-      future_->markCompleted(c10::IValue(outputs_));
-    } catch (const std::exception&) {
-      // A callback attached with add_done_callback threw: its own problem, not the call's.
-    }
-    finish(nullptr);
-  }
-
-  // Worker or poller thread (or shutdown): the call failed; returns false if it had already
-  // completed.
-  bool mark_failed(std::exception_ptr error) {
-    {
-      std::lock_guard<std::mutex> lock(m_);
-      if (state_ == State::Done || state_ == State::Failed) return false;
-      state_ = State::Failed;
-      error_ = error;
-    }
-    cv_.notify_all();
-    try {
-      future_->setError(error);
-    } catch (const std::exception&) {
-    }
-    finish(error);
-    return true;
-  }
-
- private:
-  enum class State { Queued, Enqueued, Done, Failed };
-  const int device_;
-  const std::string where_;
-  std::vector<at::Tensor> outputs_;
-  EventPtr done_;
-  c10::intrusive_ptr<c10::ivalue::Future> future_;
-  mutable std::mutex m_;
-  std::condition_variable cv_;
-  State state_ = State::Queued;
-  std::exception_ptr error_;
-};
 
 struct Task {
   c10::intrusive_ptr<CudaWork> work;
@@ -327,7 +149,7 @@ void CudaAllreduce::Impl::ensure_setup(int dev) {
     if (size > 1) planner = std::make_unique<Planner>(size, cfg.planner);
     rdv = std::make_unique<StoreRendezvous>(store);
     if (size == 1) {
-      p2p = std::make_unique<LocalP2P>(dev);
+      p2p = std::make_unique<gpu::LocalP2P>(dev);
     } else if (cfg.same_host) {
       gpu::CudaIpcOptions opts;
       opts.slot_bytes = cfg.ipc_slot_bytes;
@@ -399,7 +221,7 @@ void CudaAllreduce::Impl::task_finished(Task& task, std::exception_ptr error) {
 void CudaAllreduce::Impl::run_task(Task& task, const PlanChoice* chosen) {
   const cudaStream_t stream = exec->stream();
   auto check = [&](cudaError_t rc, const char* what) {
-    if (rc != cudaSuccess) throw Error(task.work->where() + ": " + what + ": " + cuda_message(rc));
+    if (rc != cudaSuccess) throw Error(task.work->where() + ": " + what + ": " + gpu::cuda_error_text(rc));
   };
   // Ordered after what the caller had enqueued on its stream when it called all_reduce.
   check(cudaStreamWaitEvent(stream, task.ready.get(), 0), "cudaStreamWaitEvent (caller's stream)");
@@ -420,7 +242,7 @@ void CudaAllreduce::Impl::run_task(Task& task, const PlanChoice* chosen) {
       const PlanChoice choice =
           chosen != nullptr ? *chosen : planner->choose(numel * elem, planner->straggler().rank, 0,
                                                             /*host=*/false);
-      exec->run(*planner->plan(rank, choice, numel, elem, /*ordered_recvs=*/false), spec, data,
+      exec->run(*planner->lower(rank, choice, numel, elem, /*ordered_recvs=*/false), spec, data,
                 stream, task.timeout);
     }
     if (task.op.average) gpu::divide(task.dtype, data, numel, size, stream);
@@ -481,7 +303,7 @@ void CudaAllreduce::Impl::poller_loop() {
     if (auto err = p2p->async_error()) {
       reason = "the process group was aborted: " + *err;
     } else if (rc != cudaErrorNotReady) {
-      reason = "cudaEventQuery: " + cuda_message(rc);
+      reason = "cudaEventQuery: " + gpu::cuda_error_text(rc);
     } else {
       const auto now = Clock::now();
       if (now >= front.deadline) {
@@ -557,10 +379,10 @@ c10::intrusive_ptr<c10d::Work> CudaAllreduce::allreduce(const at::Tensor& t,
   s.ensure_setup(dev);
   TORCH_CHECK(dev == s.device, s.prefix(), ": all_reduce: this process group runs CUDA "
               "all_reduce on cuda:", s.device, ", got a tensor on cuda:", dev);
-  if (s.stopping.load()) throw_dist(s.prefix() + ": all_reduce on a process group that was shut down");
+  if (s.stopping.load()) throw_dist_error(s.prefix() + ": all_reduce on a process group that was shut down");
   if (auto* p = s.p2p_ptr.load()) {
     if (auto reason = p->async_error()) {
-      throw_dist(s.where(s.next_seq) + ": the process group was aborted earlier and cannot be "
+      throw_dist_error(s.where(s.next_seq) + ": the process group was aborted earlier and cannot be "
                  "used any more: " + *reason);
     }
   }
@@ -582,11 +404,11 @@ c10::intrusive_ptr<c10d::Work> CudaAllreduce::allreduce(const at::Tensor& t,
     task.ready = make_event(dev);
     task.done = make_event(dev);
   } catch (const std::exception& e) {
-    throw_dist(s.where(task.seq) + ": " + e.what());
+    throw_dist_error(s.where(task.seq) + ": " + e.what());
   }
   const cudaError_t rc = cudaEventRecord(task.ready.get(), caller.stream());
   if (rc != cudaSuccess) {
-    throw_dist(s.where(task.seq) + ": cudaEventRecord (caller's stream): " + cuda_message(rc));
+    throw_dist_error(s.where(task.seq) + ": cudaEventRecord (caller's stream): " + gpu::cuda_error_text(rc));
   }
   // The executor's stream uses these blocks until the call completes: the caching allocator must
   // not hand them to another stream before (recordStream skips memory it does not own).

@@ -45,6 +45,11 @@ inline std::exception_ptr to_dist_error(std::exception_ptr error, const std::str
   return error;
 }
 
+// Throws c10::DistBackendError (torch.distributed.DistBackendError) saying `msg`.
+[[noreturn]] inline void throw_dist_error(const std::string& msg) {
+  C10_THROW_ERROR(DistBackendError, msg);
+}
+
 // Runs fn and rethrows whatever it throws as to_dist_error does.
 template <typename F>
 auto rethrow_as_dist_error(F&& fn, const std::string& where = "") -> decltype(fn()) {

@@ -27,7 +27,7 @@ py::dict call_record_dict(const stragg::CallRecord& r) {
   d["wait_s"] = r.wait_s;
   d["pre_arrival_s"] = r.pre_arrival_s;
   d["window_s"] = r.window_s;
-  d["plan"] = r.plan;
+  d["plan"] = r.schedule_name;  // the key Python has always read
   d["predicted_s"] = r.predicted_s;
   d["wire_seq"] = r.wire_seq;
   d["ok"] = r.ok;

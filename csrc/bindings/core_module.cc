@@ -56,7 +56,7 @@ py::list rank_program_list(const Schedule& s, int rank) {
     d["send"] = op.has_send ? py::object(py::make_tuple(op.send_peer, op.send_chunk, op.send_count))
                             : py::object(py::none());
     d["recv"] = op.has_recv ? py::object(py::make_tuple(op.recv_peer, op.recv_chunk, op.recv_count,
-                                                        to_string(op.recv_op)))
+                                                        to_string(op.recv_action)))
                             : py::object(py::none());
     out.append(d);
   }

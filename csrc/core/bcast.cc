@@ -21,15 +21,15 @@ Schedule bcast(int n, int straggler) {
   detail::append_ring_reduce_scatter(s, early, early, 1, 0, true);
   detail::append_ring_allgather(s, early, early, 1, 1, true);
   Step& ex = s.add_step(2);
-  ex.transfers.push_back({0, sigma, 0, C, RecvOp::kReduce});
-  ex.transfers.push_back({sigma, 0, 0, C, RecvOp::kReduce});
+  ex.transfers.push_back({0, sigma, 0, C, RecvAction::kReduce});
+  ex.transfers.push_back({sigma, 0, 0, C, RecvAction::kReduce});
   std::vector<int> holders = {0, sigma};
   int next = 1;  // next rank without the result
   while (next < n - 1) {
     Step& st = s.add_step(3);
     const size_t h = holders.size();
     for (size_t i = 0; i < h && next < n - 1; ++i) {
-      st.transfers.push_back({holders[i], next, 0, C, RecvOp::kCopy});
+      st.transfers.push_back({holders[i], next, 0, C, RecvAction::kCopy});
       holders.push_back(next++);
     }
   }

@@ -16,7 +16,7 @@ void append_rs_round(Schedule& s, int phase) {
     Step& st = s.add_step(phase, false, /*same_round=*/d > 1);
     for (int r = 0; r < n; ++r) {
       const int peer = (r + d) % n;
-      st.transfers.push_back({r, peer, peer, 1, RecvOp::kReduce});
+      st.transfers.push_back({r, peer, peer, 1, RecvAction::kReduce});
     }
   }
 }
@@ -25,7 +25,7 @@ void append_ag_round(Schedule& s, int phase) {
   const int n = s.n;
   for (int d = 1; d < n; ++d) {
     Step& st = s.add_step(phase, false, /*same_round=*/d > 1);
-    for (int r = 0; r < n; ++r) st.transfers.push_back({r, (r + d) % n, r, 1, RecvOp::kCopy});
+    for (int r = 0; r < n; ++r) st.transfers.push_back({r, (r + d) % n, r, 1, RecvAction::kCopy});
   }
 }
 

@@ -27,7 +27,7 @@ Schedule rhd_allgather(int n);       // power-of-2 n only
 
 // ---- rd.cc: recursive doubling (Thakur, Rabenseifner & Gropp 2005) for small messages: one
 // chunk; step i exchanges the whole buffer between virtual ranks v and v ^ 2^i, and both reduce
-// it in the order lower (+) upper (RecvOp::kReduceFirst at the upper one), so every rank holds
+// it in the order lower (+) upper (RecvAction::kReduceFirst at the upper one), so every rank holds
 // bitwise the same result: log2(n) rounds of the full size. Other n: the first 2*(n-p') ranks
 // fold pairwise into p' = 2^floor(log2 n) (as rhd) and unfold at the end: log2(p') + 2 rounds.
 Schedule rd_allreduce(int n);

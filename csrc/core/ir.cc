@@ -1,7 +1,6 @@
 // The schedule IR's data structures (csrc/core/ir.h): schedules, compact patterns and their
-// expansion, chunk ranges, per-rank programs, structural validation, relabelling. One file over
-// 500 lines on purpose: every function here operates on Schedule's invariants, which
-// validate_structure() states once; splitting it would scatter the invariants from their checks.
+// expansion, chunk ranges, per-rank programs, structural validation, relabelling. Every function
+// here relies on Schedule's invariants, which validate_structure() states and checks.
 #include "core/ir.h"
 
 #include <algorithm>
@@ -12,13 +11,13 @@
 namespace stragg {
 namespace core {
 
-const char* to_string(RecvOp op) {
+const char* to_string(RecvAction op) {
   switch (op) {
-    case RecvOp::kReduce:
+    case RecvAction::kReduce:
       return "reduce";
-    case RecvOp::kReduceFirst:
+    case RecvAction::kReduceFirst:
       return "reduce_first";
-    case RecvOp::kCopy:
+    case RecvAction::kCopy:
       break;
   }
   return "copy";
@@ -345,7 +344,7 @@ std::vector<RankOp> Schedule::rank_program(int rank) const {
         op.recv_peer = t.src;
         op.recv_chunk = t.chunk;
         op.recv_count = t.count;
-        op.recv_op = t.op;
+        op.recv_action = t.op;
       }
       if (op.has_send || op.has_recv) prog.push_back(op);
       continue;
@@ -362,7 +361,7 @@ std::vector<RankOp> Schedule::rank_program(int rank) const {
         op.recv_peer = t.src;
         op.recv_chunk = t.chunk;
         op.recv_count = t.count;
-        op.recv_op = t.op;
+        op.recv_action = t.op;
       }
     }
     if (op.has_send || op.has_recv) prog.push_back(op);
@@ -500,7 +499,7 @@ class RoundRule {
                             " sends a chunk it receives in another step of round " +
                             std::to_string(round));
       if (overlaps(sends_[t.dst]) || overlaps(copies_[t.dst]) ||
-          (t.op == RecvOp::kCopy && overlaps(reduces_[t.dst])))
+          (t.op == RecvAction::kCopy && overlaps(reduces_[t.dst])))
         throw ScheduleError(where(s, i) + ": rank " + std::to_string(t.dst) +
                             " receives a chunk it sends or receives in another step of round " +
                             std::to_string(round));

@@ -54,15 +54,16 @@ class ScheduleError : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+// What a receive does with the data it gets (the transport's receive operation is RecvOp).
 // kReduce: x = x (+) received; kReduceFirst: x = received (+) x, the received data as the left
 // operand (recursive doubling: both ranks of a pair compute lower (+) upper, so they hold
 // bitwise the same result even where (+) is not bitwise commutative, e.g. NaN payloads).
-enum class RecvOp : uint8_t { kReduce = 0, kCopy = 1, kReduceFirst = 2 };
-inline bool is_reduce(RecvOp op) { return op != RecvOp::kCopy; }
+enum class RecvAction : uint8_t { kReduce = 0, kCopy = 1, kReduceFirst = 2 };
+inline bool is_reduce(RecvAction op) { return op != RecvAction::kCopy; }
 
 enum class Collective : uint8_t { kAllReduce = 0, kReduceScatter = 1, kAllGather = 2 };
 
-const char* to_string(RecvOp op);
+const char* to_string(RecvAction op);
 const char* to_string(Collective c);
 Collective collective_from_string(const std::string& s);
 
@@ -72,7 +73,7 @@ struct Transfer {
   int dst = -1;
   int chunk = 0;  // first chunk of the run
   int count = 1;  // number of contiguous chunks
-  RecvOp op = RecvOp::kReduce;
+  RecvAction op = RecvAction::kReduce;
 
   bool operator==(const Transfer& o) const {
     return src == o.src && dst == o.dst && chunk == o.chunk && count == o.count && op == o.op;
@@ -106,7 +107,7 @@ struct PatternLane {
   int chunk_add = 0;         // added to the offset
   int count = 1;             // chunks per message
   int delay = 0;             // instance j = rep - delay
-  RecvOp op = RecvOp::kReduce;
+  RecvAction op = RecvAction::kReduce;
 };
 
 // Rule of a pattern step (see the header comment). Build it, then Schedule::add_pattern() checks
@@ -154,7 +155,7 @@ struct RankOp {
   int send_peer = -1, send_chunk = 0, send_count = 0;
   bool has_recv = false;
   int recv_peer = -1, recv_chunk = 0, recv_count = 0;
-  RecvOp recv_op = RecvOp::kReduce;
+  RecvAction recv_action = RecvAction::kReduce;
 };
 
 // Element range of a chunk after lowering onto a buffer of num_elements elements.

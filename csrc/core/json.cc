@@ -89,11 +89,11 @@ Schedule schedule_from_json(const std::string& text) {
         t.count = jt[3].get<int>();
         const std::string op = jt[4].get<std::string>();
         if (op == "reduce")
-          t.op = RecvOp::kReduce;
+          t.op = RecvAction::kReduce;
         else if (op == "copy")
-          t.op = RecvOp::kCopy;
+          t.op = RecvAction::kCopy;
         else if (op == "reduce_first")
-          t.op = RecvOp::kReduceFirst;
+          t.op = RecvAction::kReduceFirst;
         else
           throw ScheduleError("schedule JSON: unknown receive op '" + op + "'");
         st.transfers.push_back(t);

@@ -135,7 +135,7 @@ Pattern base_pattern(int n, const OptccOptions& opt, const Placement& pl, int pe
 
 // One stage rule of a pattern.
 PatternLane make_lane(uint32_t src, uint32_t dst, PatternLane::Key key, int add, int delay,
-                      RecvOp op) {
+                      RecvAction op) {
   PatternLane l;
   l.src_classes = src;
   l.dst_classes = dst;
@@ -158,22 +158,22 @@ std::vector<Stream> add_patterns(Schedule& s, Pattern base, bool s3_first, bool 
   Pattern pa = base, pb = base;
   if (s3_first) {
     // Reduce-scatter of segment b into owners (straggler contributions included: S3->S1).
-    pa.lanes = {make_lane(ANY, H, kDst, 0, 0, RecvOp::kReduce)};
+    pa.lanes = {make_lane(ANY, H, kDst, 0, 0, RecvAction::kReduce)};
     // Allgather of segment b-1 from owners (to stragglers: S4->S2).
-    pb.lanes = {make_lane(H, ANY, kSrc, 0, 1, RecvOp::kCopy)};
+    pb.lanes = {make_lane(H, ANY, kSrc, 0, 1, RecvAction::kCopy)};
   } else {
-    pa.lanes = {make_lane(H, H, kDst, 0, 0, RecvOp::kReduce),    // S1 of segment b
-                make_lane(H, SG, kSrc, 0, 1, RecvOp::kReduce)};  // S2 of segment b-1
-    pb.lanes = {make_lane(H, H, kSrc, 0, 3, RecvOp::kCopy),      // S4 of segment b-3
-                make_lane(SG, H, kDst, 0, 2, RecvOp::kCopy)};    // S3 of segment b-2
+    pa.lanes = {make_lane(H, H, kDst, 0, 0, RecvAction::kReduce),    // S1 of segment b
+                make_lane(H, SG, kSrc, 0, 1, RecvAction::kReduce)};  // S2 of segment b-1
+    pb.lanes = {make_lane(H, H, kSrc, 0, 3, RecvAction::kCopy),      // S4 of segment b-3
+                make_lane(SG, H, kDst, 0, 2, RecvAction::kCopy)};    // S3 of segment b-2
   }
   const int ia = s.add_pattern(std::move(pa));
   const int ib = s.add_pattern(std::move(pb));
   std::vector<Stream> streams = {{ia, kReducePhase}, {ib, kCopyPhase}};
   if (bubble) {
     Pattern pe = std::move(base);
-    pe.lanes = {make_lane(H, SG, PatternLane::kNone, h, 0, RecvOp::kReduce),  // bubble of b up
-                make_lane(SG, H, PatternLane::kNone, h, 1, RecvOp::kCopy)};   // and of b-1 down
+    pe.lanes = {make_lane(H, SG, PatternLane::kNone, h, 0, RecvAction::kReduce),  // bubble of b up
+                make_lane(SG, H, PatternLane::kNone, h, 1, RecvAction::kCopy)};   // and of b-1 down
     streams.push_back({s.add_pattern(std::move(pe)), kBubblePhase});
   }
   return streams;

@@ -46,7 +46,9 @@ std::string to_table(const Schedule& s, int max_steps) {
     for (const Transfer& t : s.transfers_of(i, scratch)) {
       std::string send = ">" + std::to_string(t.dst) + ":" + chunk_label(t.chunk, t.count);
       std::string recv = "<" + std::to_string(t.src) + ":" + chunk_label(t.chunk, t.count) +
-                         (t.op == RecvOp::kCopy ? "=" : t.op == RecvOp::kReduceFirst ? "+<" : "+");
+                         (t.op == RecvAction::kCopy          ? "="
+                          : t.op == RecvAction::kReduceFirst ? "+<"
+                                                             : "+");
       row[t.src] = row[t.src].empty() ? send : send + " " + row[t.src];
       row[t.dst] = row[t.dst].empty() ? recv : row[t.dst] + " " + recv;
     }

@@ -22,7 +22,9 @@ Schedule rd_allreduce(int n) {
   if (rem > 0) {
     // As rhd's fold: ranks 2j hand their buffer to 2j+1 (one computes it) and sit out.
     Step& st = s.add_step(s.phase_index("fold"));
-    for (int j = 0; j < rem; ++j) st.transfers.push_back({2 * j, 2 * j + 1, 0, 1, RecvOp::kReduce});
+    for (int j = 0; j < rem; ++j) {
+      st.transfers.push_back({2 * j, 2 * j + 1, 0, 1, RecvAction::kReduce});
+    }
   }
   for (int bit = 1; bit < p; bit *= 2) {
     Step& st = s.add_step(0);
@@ -30,12 +32,14 @@ Schedule rd_allreduce(int n) {
       const int peer = v ^ bit;
       // The receiver v reduces peer's data; v's own data goes first iff v is the lower one.
       st.transfers.push_back(
-          {ranks[peer], ranks[v], 0, 1, v < peer ? RecvOp::kReduce : RecvOp::kReduceFirst});
+          {ranks[peer], ranks[v], 0, 1, v < peer ? RecvAction::kReduce : RecvAction::kReduceFirst});
     }
   }
   if (rem > 0) {
     Step& st = s.add_step(s.phase_index("unfold"));
-    for (int j = 0; j < rem; ++j) st.transfers.push_back({2 * j + 1, 2 * j, 0, 1, RecvOp::kCopy});
+    for (int j = 0; j < rem; ++j) {
+      st.transfers.push_back({2 * j + 1, 2 * j, 0, 1, RecvAction::kCopy});
+    }
   }
   return s;
 }

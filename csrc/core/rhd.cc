@@ -30,7 +30,7 @@ void append_halving(Schedule& s, const std::vector<int>& ranks, int phase) {
       const int peer = v ^ (1 << i);
       const bool keep_low = ((v >> i) & 1) == 0;
       const int send_lo = keep_low ? lo[v] + half : lo[v];
-      st.transfers.push_back({ranks[v], ranks[peer], send_lo, half, RecvOp::kReduce});
+      st.transfers.push_back({ranks[v], ranks[peer], send_lo, half, RecvAction::kReduce});
     }
     for (int v = 0; v < p; ++v)
       if (((v >> i) & 1) != 0) lo[v] += half;
@@ -48,7 +48,7 @@ void append_doubling(Schedule& s, const std::vector<int>& ranks, int phase) {
   for (int i = L - 1; i >= 0; --i) {
     Step& st = s.add_step(phase);
     for (int v = 0; v < p; ++v)
-      st.transfers.push_back({ranks[v], ranks[v ^ (1 << i)], lo[v], len, RecvOp::kCopy});
+      st.transfers.push_back({ranks[v], ranks[v ^ (1 << i)], lo[v], len, RecvAction::kCopy});
     for (int v = 0; v < p; ++v)
       if (((v >> i) & 1) != 0) lo[v] -= len;
     len *= 2;
@@ -101,14 +101,18 @@ Schedule rhd_allreduce(int n) {
     // Rabenseifner's fold: ranks 2j hand their whole buffer to 2j+1 and sit out.
     const int fold = s.phase_index("fold");
     Step& st = s.add_step(fold);
-    for (int j = 0; j < rem; ++j) st.transfers.push_back({2 * j, 2 * j + 1, 0, p, RecvOp::kReduce});
+    for (int j = 0; j < rem; ++j) {
+      st.transfers.push_back({2 * j, 2 * j + 1, 0, p, RecvAction::kReduce});
+    }
   }
   append_halving(s, ranks, 0);
   append_doubling(s, ranks, 1);
   if (rem > 0) {
     const int unfold = s.phase_index("unfold");
     Step& st = s.add_step(unfold);
-    for (int j = 0; j < rem; ++j) st.transfers.push_back({2 * j + 1, 2 * j, 0, p, RecvOp::kCopy});
+    for (int j = 0; j < rem; ++j) {
+      st.transfers.push_back({2 * j + 1, 2 * j, 0, p, RecvAction::kCopy});
+    }
   }
   return s;
 }

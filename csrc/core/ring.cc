@@ -27,7 +27,7 @@ void append_ring_reduce_scatter(Schedule& s, const std::vector<int>& ranks,
     Step& st = s.add_step(phase, pre_arrival);
     for (int g = 0; g < m; ++g) {
       const int c = ((g - t - 1) % m + m) % m;
-      st.transfers.push_back({ranks[g], ranks[(g + 1) % m], chunks[c], count, RecvOp::kReduce});
+      st.transfers.push_back({ranks[g], ranks[(g + 1) % m], chunks[c], count, RecvAction::kReduce});
     }
   }
 }
@@ -40,7 +40,7 @@ void append_ring_allgather(Schedule& s, const std::vector<int>& ranks,
     Step& st = s.add_step(phase, pre_arrival);
     for (int g = 0; g < m; ++g) {
       const int c = ((g - t) % m + m) % m;
-      st.transfers.push_back({ranks[g], ranks[(g + 1) % m], chunks[c], count, RecvOp::kCopy});
+      st.transfers.push_back({ranks[g], ranks[(g + 1) % m], chunks[c], count, RecvAction::kCopy});
     }
   }
 }

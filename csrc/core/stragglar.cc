@@ -38,8 +38,8 @@ namespace core {
 namespace stragglar_impl {
 
 void add_exchange_with_straggler(Step& st, int rank, int sigma) {
-  st.transfers.push_back({rank, sigma, rank, 1, RecvOp::kReduce});
-  st.transfers.push_back({sigma, rank, rank, 1, RecvOp::kReduce});
+  st.transfers.push_back({rank, sigma, rank, 1, RecvAction::kReduce});
+  st.transfers.push_back({sigma, rank, rank, 1, RecvAction::kReduce});
 }
 
 void record_exchange(PropagationState& ps, int rank, int sigma, int round) {
@@ -98,7 +98,7 @@ void pow2_phase1(Pow2Round& rd, const PropagationState& ps, int n, int r, int L)
   auto send = [&](int from, int to) {
     int c = 0;
     while (!ps.holds(from, c)) ++c;
-    rd.st.transfers.push_back({from, to, c, 1, RecvOp::kCopy});
+    rd.st.transfers.push_back({from, to, c, 1, RecvAction::kCopy});
     rd.busy[from] = rd.busy[to] = 1;
     rd.gains.push_back({to, c});
   };
@@ -180,10 +180,10 @@ void pow2_phase2(Pow2Round& rd, const PropagationState& ps, int n, int r, int L)
                                            std::to_string(Q.size()) + ")"));
   for (auto [u, v] : pow2_pairs(P, Q, active_of, n, r, L)) {
     if (v != sigma) {
-      rd.st.transfers.push_back({u, v, oldest, 1, RecvOp::kCopy});
+      rd.st.transfers.push_back({u, v, oldest, 1, RecvAction::kCopy});
       rd.gains.push_back({v, oldest});
     }
-    rd.st.transfers.push_back({v, u, active_of[v], 1, RecvOp::kCopy});
+    rd.st.transfers.push_back({v, u, active_of[v], 1, RecvAction::kCopy});
     rd.gains.push_back({u, active_of[v]});
   }
 }

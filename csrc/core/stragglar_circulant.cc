@@ -107,7 +107,7 @@ void append_circulant(Schedule& s, int phase, const CirculantDesign& d, Propagat
         throw ScheduleError(
             internal(n, r, "circulant design unbalanced at age " + std::to_string(a)));
       for (size_t i = 0; i < senders[a].size(); ++i)
-        st.transfers.push_back({senders[a][i], receivers[a][i], r - a, 1, RecvOp::kCopy});
+        st.transfers.push_back({senders[a][i], receivers[a][i], r - a, 1, RecvAction::kCopy});
     }
     for (int a = 1; a <= A; ++a)
       for (int g : receivers[a]) ps.give(g, r - a);
@@ -162,7 +162,7 @@ bool finish_by(Schedule& s, int phase, PropagationState ps, int r0, int target) 
     Step& st = s.add_step(phase);
     std::vector<std::pair<int, int>> gains;
     match.for_each([&](int from, int to, int c) {
-      st.transfers.push_back({from, to, c, 1, RecvOp::kCopy});
+      st.transfers.push_back({from, to, c, 1, RecvAction::kCopy});
       gains.push_back({to, c});
     });
     for (auto [g, c] : gains) ps.give(g, c);

@@ -77,7 +77,7 @@ class GeneralRun {
       round_matching(match, r, active, can_recv);
       std::vector<std::pair<int, int>> gains;
       match.for_each([&](int from, int to, int c) {
-        st.transfers.push_back({from, to, c, 1, RecvOp::kCopy});
+        st.transfers.push_back({from, to, c, 1, RecvAction::kCopy});
         gains.push_back({to, c});
       });
       for (auto [g, c] : gains) ps_.give(g, c);

@@ -52,7 +52,7 @@ void append_rows(Schedule& s, int phase, PropagationState& ps, int r0, const std
     }
     std::vector<std::pair<int, int>> gains;
     match.for_each([&](int from, int to, int c) {
-      st.transfers.push_back({from, to, c, 1, RecvOp::kCopy});
+      st.transfers.push_back({from, to, c, 1, RecvAction::kCopy});
       gains.push_back({to, c});
     });
     for (auto [g, c] : gains) ps.give(g, c);

@@ -55,7 +55,7 @@ class ContributionState {
 
 struct Pending {
   int dst, chunk, src, step;
-  RecvOp op;
+  RecvAction op;
   size_t offset;  // into the round's copy buffer
 };
 
@@ -148,7 +148,7 @@ class Replay {
     for (const Pending& p : pending_) {
       uint64_t* dst = st_.at(p.dst, p.chunk);
       const uint64_t* in = &buffer_[p.offset];
-      if (p.op == RecvOp::kCopy) {
+      if (p.op == RecvAction::kCopy) {
         for (int w = 0; w < words_; ++w) dst[w] = in[w];
         continue;
       }

@@ -58,21 +58,22 @@ bool probe_sends(int n, int round, int direction, int rank) {
   return direction == 0 ? rank < peer : rank > peer;
 }
 
-RankPlan link_probe_plan(int n, int rank, int round, int direction, int messages, size_t elems,
-                         ProbeShape shape) {
-  check_round_rank(n, round, rank, "link_probe_plan");
+LoweredSchedule link_probe_schedule(int n, int rank, int round, int direction, int messages,
+                                    size_t elems, ProbeShape shape) {
+  check_round_rank(n, round, rank, "link_probe_schedule");
   if (messages < 1)
-    throw Error("stragg: link_probe_plan: messages must be >= 1, got " + std::to_string(messages));
-  if (elems < 1) throw Error("stragg: link_probe_plan: elems must be >= 1, got 0");
+    throw Error("stragg: link_probe_schedule: messages must be >= 1, got " +
+                std::to_string(messages));
+  if (elems < 1) throw Error("stragg: link_probe_schedule: elems must be >= 1, got 0");
   const bool sender = probe_sends(n, round, direction, rank);
-  RankPlan plan;
+  LoweredSchedule plan;
   plan.tag = kLinkProbeTag;
   const int peer = probe_partner(n, round, rank);
   if (peer < 0) return plan;
   const size_t m = static_cast<size_t>(messages);
   const size_t total = m * elems;
   auto op = [&](size_t offset, size_t count) {
-    PlanOp o;
+    LoweredOp o;
     o.peer = peer;
     o.offset = offset;
     o.count = count;
@@ -80,7 +81,7 @@ RankPlan link_probe_plan(int n, int rank, int round, int direction, int messages
   };
   size_t last_landed = total;  // receiver: the last element the payload writes
   auto payload = [&](uint32_t id, size_t offset, size_t count) {
-    PlanStep s;
+    LoweredStep s;
     s.id = id;
     if (sender) {
       s.sends.push_back(op(offset, count));
@@ -107,7 +108,7 @@ RankPlan link_probe_plan(int n, int rank, int round, int direction, int messages
       ack_id = um + 4;
       break;
   }
-  PlanStep ack;
+  LoweredStep ack;
   ack.id = ack_id;
   if (sender) {
     ack.recvs.push_back(op(total, 1));
@@ -115,7 +116,7 @@ RankPlan link_probe_plan(int n, int rank, int round, int direction, int messages
     // The acknowledgement reads the payload's last element, so the executor sends it only once
     // the payload has landed (the receives from one peer complete in order). An ack that read
     // other memory could leave at once: a warm TCP connection takes the whole payload into its
-    // send buffer, and the sender then timed its own buffering (GB/s on a 150 Mbit/s link).
+    // send buffer, and the sender would time its own buffering instead of the link.
     ack.sends.push_back(op(last_landed, 1));
   }
   plan.steps.push_back(std::move(ack));

@@ -7,10 +7,8 @@
 // acknowledgement costs about one alpha):
 //   t_many = m alpha + m s beta + alpha,   t_one = 2 alpha + m s beta,   t_tiny = 2 alpha
 //   => alpha = max((t_many - t_one) / (m - 1), t_tiny / 2),  beta = (t_one - 2 alpha) / (m s).
-// (Beta used to come from the difference of a whole and a half transfer, meant to cancel a
-// shaper's burst; measured on the emulated 8-host cluster it was the noisier one: healthy hosts
-// read up to 1.07 slow and a 1.14 host 1.05-1.16, against 1.005 and 1.07-1.14 from the whole
-// transfer.)
+// Beta comes from the whole transfer, not from the difference of a whole and a half one: that
+// difference, meant to cancel a shaper's burst, reads noisier.
 // The sender times both, so the estimate belongs to the direction a -> b. All ranks probe
 // concurrently in the rounds of a round-robin tournament, each round in two halves (the lower
 // rank of each pair sends, then the higher), so every directed link is measured exactly once with
@@ -28,7 +26,7 @@
 
 #include "plan/link_model.h"
 #include "plan/settings.h"
-#include "runtime/plan.h"
+#include "runtime/lowered_schedule.h"
 
 namespace stragg {
 
@@ -57,8 +55,8 @@ enum class ProbeShape { kMany, kOne, kTiny };
 // ranks get no steps. Step ids are the same on both partners and differ between the shapes.
 // Tagged kLinkProbeTag. Throws stragg::Error for messages < 1, elems < 1, a bad round, rank or
 // direction.
-RankPlan link_probe_plan(int n, int rank, int round, int direction, int messages, size_t elems,
-                         ProbeShape shape);
+LoweredSchedule link_probe_schedule(int n, int rank, int round, int direction, int messages,
+                                    size_t elems, ProbeShape shape);
 
 // Smallest values estimate_link returns (the link's latency / time per byte are never zero).
 constexpr double kMinProbeAlpha = 1e-9;  // s
@@ -91,16 +89,14 @@ LinkAnalysis analyze_links(const std::vector<LinkModel>& links, int n, double th
 
 // True if `fresh` names a degraded rank that `current` does not, with a factor below `sure`, or
 // drops a rank that `current` names, or reads a named rank's factor more than `sure` times
-// higher or lower: one probe's noise reaches that far (a host briefly short of CPU reads 1.1
-// slow; a busy machine reads a 2x link 1.1), so such a change is confirmed by a second probe
-// before the planner acts on it.
+// higher or lower: one probe's noise reaches that far (a host briefly short of CPU reads slow),
+// so such a change is confirmed by a second probe before the planner acts on it.
 bool needs_confirmation(const LinkAnalysis& fresh, const std::vector<Slowdown>& current,
                         double sure);
 
 // Two probes of the same n x n links combined: every link's mean of the two readings (alpha and
-// beta each; unmeasured where either is). Noise of either sign averages out (the faster reading
-// would not do: a shaper's burst makes a slow link read fast too, and two chances at it erased a
-// real l = 1.14). Throws stragg::Error if the sizes differ.
+// beta each; unmeasured where either is). Noise of either sign averages out; the faster reading
+// would not do, since a shaper's burst makes a slow link read fast too. Throws stragg::Error if the sizes differ.
 std::vector<LinkModel> average_links(const std::vector<LinkModel>& a,
                                      const std::vector<LinkModel>& b);
 

@@ -8,8 +8,8 @@
 namespace stragg {
 namespace {
 
-// Steps a pipelined plan asks the executor to keep in flight at most (RankPlan::min_lookahead):
-// every posted step costs a little on each progress pass.
+// Steps a pipelined plan asks the executor to keep in flight at most
+// (LoweredSchedule::min_lookahead): every posted step costs a little on each progress pass.
 constexpr size_t kMaxPipelineLookahead = 64;
 
 bool overlaps(int a, int a_count, int b, int b_count) { return a < b + b_count && b < a + a_count; }
@@ -191,22 +191,23 @@ std::vector<std::pair<size_t, int>> execution_order(const std::map<int, RoundOps
 }
 
 // One round of this rank's program in segment g as a plan step.
-PlanStep lower_round(const RoundOps& ops, size_t g, const Segmentation& seg, bool ordered_recvs) {
-  PlanStep step;
+LoweredStep lower_round(const RoundOps& ops, size_t g, const Segmentation& seg,
+                        bool ordered_recvs) {
+  LoweredStep step;
   for (const core::RankOp* o : ops.ops) {
     if (!o->has_send) continue;
-    PlanOp op;
+    LoweredOp op;
     op.peer = o->send_peer;
     seg.run_range(g, o->send_chunk, o->send_count, &op.offset, &op.count);
     step.sends.push_back(op);
   }
   for (const core::RankOp* o : ops.ops) {
     if (!o->has_recv) continue;
-    PlanOp op;
+    LoweredOp op;
     op.peer = o->recv_peer;
     seg.run_range(g, o->recv_chunk, o->recv_count, &op.offset, &op.count);
-    op.reduce = core::is_reduce(o->recv_op);
-    op.received_first = o->recv_op == core::RecvOp::kReduceFirst;
+    op.reduce = core::is_reduce(o->recv_action);
+    op.received_first = o->recv_action == core::RecvAction::kReduceFirst;
     int send_index = -1;
     switch (classify(*o, ops, ordered_recvs, &send_index)) {
       case Overlap::kNone:
@@ -225,14 +226,15 @@ PlanStep lower_round(const RoundOps& ops, size_t g, const Segmentation& seg, boo
 
 }  // namespace
 
-RankPlan lower_schedule(const core::Schedule& s, int rank, size_t numel, size_t elem_size,
-                        size_t max_staging_bytes, bool ordered_recvs, size_t pipeline_bytes) {
+LoweredSchedule lower_schedule(const core::Schedule& s, int rank, size_t numel, size_t elem_size,
+                               size_t max_staging_bytes, bool ordered_recvs,
+                               size_t pipeline_bytes) {
   if (rank < 0 || rank >= s.n) {
     throw Error("stragg: lower_schedule: rank " + std::to_string(rank) + " outside a schedule of " +
                 std::to_string(s.n) + " ranks");
   }
-  RankPlan plan;
-  if (auto a = algorithm_from_name(s.algorithm)) plan.tag = plan_tag(*a);
+  LoweredSchedule plan;
+  if (auto a = algorithm_from_name(s.algorithm)) plan.tag = schedule_tag(*a);
   const auto program = s.rank_program(rank);
   const auto rounds = rounds_of(program);
   int num_rounds = 0;
@@ -249,7 +251,7 @@ RankPlan lower_schedule(const core::Schedule& s, int rank, size_t numel, size_t 
     plan.min_lookahead = std::min<size_t>(2 * seg.segments(), kMaxPipelineLookahead);
   }
   for (const auto& [g, round] : execution_order(rounds, round_pre, seg)) {
-    PlanStep step = lower_round(rounds.at(round), g, seg, ordered_recvs);
+    LoweredStep step = lower_round(rounds.at(round), g, seg, ordered_recvs);
     step.id = static_cast<uint32_t>(g * static_cast<size_t>(num_rounds) + round);
     step.pre_arrival = round_pre[round];
     plan.steps.push_back(std::move(step));

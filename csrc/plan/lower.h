@@ -4,7 +4,7 @@
 #include <cstddef>
 
 #include "core/ir.h"
-#include "runtime/plan.h"
+#include "runtime/lowered_schedule.h"
 
 namespace stragg {
 
@@ -15,7 +15,7 @@ namespace stragg {
 bool schedule_needs_staging(const core::Schedule& s, bool ordered_recvs);
 
 // The steps `rank` executes for an all_reduce of `numel` elements of `elem_size` bytes.
-// Steps of one round become one PlanStep (ops issued concurrently). When the schedule needs
+// Steps of one round become one LoweredStep (ops issued concurrently). When the schedule needs
 // staging, the buffer is split into segments small enough that a staged chunk is at most
 // `max_staging_bytes`; all pre-arrival steps of all segments come first (so the early ranks do
 // as much as they can before the straggler arrives), then the remaining steps, segment by
@@ -26,8 +26,8 @@ bool schedule_needs_staging(const core::Schedule& s, bool ordered_recvs);
 // into segments of about that size, issued round by round (round r of every segment, then round
 // r+1), so that a rank forwards a segment as soon as it has it instead of a whole chunk (a
 // pipelined Ring: on a network the forward no longer waits for the chunk's last byte).
-RankPlan lower_schedule(const core::Schedule& s, int rank, size_t numel, size_t elem_size,
-                        size_t max_staging_bytes = 1 << 20, bool ordered_recvs = false,
-                        size_t pipeline_bytes = 0);
+LoweredSchedule lower_schedule(const core::Schedule& s, int rank, size_t numel, size_t elem_size,
+                               size_t max_staging_bytes = 1 << 20, bool ordered_recvs = false,
+                               size_t pipeline_bytes = 0);
 
 }  // namespace stragg

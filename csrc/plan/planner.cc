@@ -15,23 +15,20 @@ namespace {
 
 // Candidates of Auto without a straggler. Direct is not one: the flat alpha-beta model charges
 // its n-1 concurrent messages a single alpha, which overstates it wherever the messages of one
-// round are serialised (shared memory on a few cores: measured slower than RHD at 4 KiB).
+// round are serialised (shared memory on a few cores).
 constexpr Algorithm kAutoCandidates[] = {Algorithm::Ring, Algorithm::Rhd};
 // Recursive doubling is a candidate of Auto without a straggler up to this size (host calls
 // only: PlannerConfig::rd_max_bytes). It sends the whole buffer every round, and its swapped
 // reduces go through a bounce buffer, so beyond small sizes RHD/Ring move less memory.
 
 constexpr size_t kAutoChoiceCacheLimit = 4096;
-constexpr size_t kPlanCacheLimit = 64;
+constexpr size_t kLoweredCacheLimit = 64;
 // OptCC needs at least this many bytes per chunk to be worth a candidate (below, alpha rules).
 constexpr double kMinOptccChunkBytes = 4096;
-// OptCC's segment count: the lockstep model's optimum is flat (pipeline bubbles shrink as 1/k
-// while a latency per round is added), but the executor overlaps a segment's latency with the
-// other segments' transfers, which the model does not credit, so on real links more segments run
-// faster and steadier than it predicts. Measured on the emulated 5-host cluster (300 Mbit/s, host
-// 4 at l = 1.14, 16 MiB, median of 7): k = 16, the model's pick by 0.8%, 0.838 s with a 4% IQR;
-// k = 32 and 64 0.80 s with 1%. So among the counts predicted within this share of the fastest,
-// the largest runs.
+// OptCC's segment count: among the counts predicted within this share of the fastest, the
+// largest runs. The executor overlaps a segment's latency with the other segments' transfers,
+// which the lockstep model does not credit, so more segments run faster and steadier than it
+// predicts (docs/benchmarks.md, "Numbers behind constants").
 constexpr double kSegmentTolerance = 0.02;
 
 void check_link(const LinkModel& l) {
@@ -351,9 +348,8 @@ PlanChoice Planner::auto_degraded(size_t bytes, int call_straggler, double delay
         continue;  // a generator that cannot serve this configuration is no candidate
       }
     }
-    // Against Ring, OptCC needs no margin: on the emulated clusters a degraded host slowed Ring
-    // down far more than the model's factor l (host at l = 1.14: Ring at 1.39x its healthy time
-    // at p = 4 and 5, the model 1.14x), so the model already errs in Ring's favour here.
+    // Against Ring, OptCC needs no margin: a degraded host slows Ring down by more than the
+    // model's factor l, so the model already errs in Ring's favour here.
     const bool optcc_vs_ring = c.algorithm == Algorithm::Optcc && best.algorithm == Algorithm::Ring;
     if (t < (optcc_vs_ring ? ring : best_time)) {
       best = c;
@@ -455,8 +451,9 @@ PlanChoice Planner::fastest_optcc_segments(size_t bytes, const PlanChoice& base,
   return best;
 }
 
-std::shared_ptr<const RankPlan> Planner::plan(int rank, const PlanChoice& choice, size_t numel,
-                                              size_t elem_size, bool ordered_recvs) const {
+std::shared_ptr<const LoweredSchedule> Planner::lower(int rank, const PlanChoice& choice,
+                                                      size_t numel, size_t elem_size,
+                                                      bool ordered_recvs) const {
   PlanChoice key_choice = choice;
   if (n_ <= 1) key_choice = PlanChoice{};
   const Algorithm algo = key_choice.algorithm;
@@ -467,35 +464,36 @@ std::shared_ptr<const RankPlan> Planner::plan(int rank, const PlanChoice& choice
                          slow_key(algo == Algorithm::Optcc ? key_choice.slow
                                                            : std::vector<Slowdown>{}),
                          algo == Algorithm::Optcc ? key_choice.segments : 0};
-  const PlanKey key{skey, rank, numel, elem_size, ordered_recvs};
+  const LoweredKey key{skey, rank, numel, elem_size, ordered_recvs};
   {
     std::lock_guard<std::mutex> lock(mu_);
-    for (auto it = plans_.begin(); it != plans_.end(); ++it) {
+    for (auto it = lowered_.begin(); it != lowered_.end(); ++it) {
       if (it->first == key) {
-        plans_.splice(plans_.begin(), plans_, it);  // most recently used first
-        return plans_.front().second;
+        lowered_.splice(lowered_.begin(), lowered_, it);  // most recently used first
+        return lowered_.front().second;
       }
     }
   }
-  std::shared_ptr<const RankPlan> lowered;
+  std::shared_ptr<const LoweredSchedule> lowered;
   if (n_ <= 1) {
-    lowered = std::make_shared<const RankPlan>();
+    lowered = std::make_shared<const LoweredSchedule>();
   } else {
     auto s = schedule_for(key_choice);
-    lowered = std::make_shared<const RankPlan>(
+    lowered = std::make_shared<const LoweredSchedule>(
         lower_schedule(*s, rank, numel, elem_size, config_.max_staging_bytes, ordered_recvs,
                        config_.pipeline_bytes));
   }
   std::lock_guard<std::mutex> lock(mu_);
-  plans_.emplace_front(key, lowered);
-  if (plans_.size() > kPlanCacheLimit) plans_.pop_back();
+  lowered_.emplace_front(key, lowered);
+  if (lowered_.size() > kLoweredCacheLimit) lowered_.pop_back();
   return lowered;
 }
 
 namespace {
 
-std::shared_ptr<const RankPlan> fixed_plan(Algorithm algo, int rank, int n, size_t numel) {
-  if (n <= 1) return std::make_shared<const RankPlan>();
+std::shared_ptr<const LoweredSchedule> fixed_schedule(Algorithm algo, int rank, int n,
+                                                      size_t numel) {
+  if (n <= 1) return std::make_shared<const LoweredSchedule>();
   // One Planner per (algorithm, group size) (no cost model needed): its caches hold the schedule
   // and the lowered plans of the internal collectives' few sizes.
   static std::mutex mu;
@@ -513,17 +511,17 @@ std::shared_ptr<const RankPlan> fixed_plan(Algorithm algo, int rank, int n, size
   }
   PlanChoice choice;
   choice.algorithm = algo;
-  return p->plan(rank, choice, numel, 1);
+  return p->lower(rank, choice, numel, 1);
 }
 
 }  // namespace
 
-std::shared_ptr<const RankPlan> ring_allreduce_plan(int rank, int n, size_t numel) {
-  return fixed_plan(Algorithm::Ring, rank, n, numel);
+std::shared_ptr<const LoweredSchedule> ring_allreduce_schedule(int rank, int n, size_t numel) {
+  return fixed_schedule(Algorithm::Ring, rank, n, numel);
 }
 
-std::shared_ptr<const RankPlan> small_allreduce_plan(int rank, int n, size_t numel) {
-  return fixed_plan(Algorithm::Rd, rank, n, numel);
+std::shared_ptr<const LoweredSchedule> small_allreduce_schedule(int rank, int n, size_t numel) {
+  return fixed_schedule(Algorithm::Rd, rank, n, numel);
 }
 
 }  // namespace stragg

@@ -16,7 +16,7 @@
 //  * Where an algorithm cannot serve n (StragglAR at n <= 2, StragglAR at a size without a fast
 //    construction) the planner falls back to Ring and says so in notes().
 // Every schedule, Ring included, comes from csrc/core (built, verified, then lowered by
-// plan/lower.h); schedules and lowered plans are cached.
+// plan/lower.h); schedules and lowered schedules are cached.
 #pragma once
 
 #include <list>
@@ -31,7 +31,7 @@
 #include "core/ir.h"
 #include "plan/link_model.h"
 #include "plan/settings.h"
-#include "runtime/plan.h"
+#include "runtime/lowered_schedule.h"
 
 namespace stragg {
 
@@ -106,8 +106,8 @@ class Planner {
   PlanChoice choose(size_t bytes, int call_straggler, double delay_s = 0, bool host = true) const;
   // The steps `rank` runs for `numel` elements of `elem_size` bytes under `choice` (cached).
   // `ordered_recvs`: the transport honours RecvOp::limit (fewer staged receives).
-  std::shared_ptr<const RankPlan> plan(int rank, const PlanChoice& choice, size_t numel,
-                                       size_t elem_size, bool ordered_recvs = false) const;
+  std::shared_ptr<const LoweredSchedule> lower(int rank, const PlanChoice& choice, size_t numel,
+                                               size_t elem_size, bool ordered_recvs = false) const;
 
   // Cost model used by choose() (every rank must set the same values). Throws for alpha < 0 or
   // beta < 0. Degraded ranks given in the configuration (STRAGG_SLOWDOWN) override measured ones.
@@ -146,7 +146,7 @@ class Planner {
                                     double delay_s, double* fastest_s = nullptr) const;
 
   using ScheduleKey = std::tuple<Algorithm, int, std::vector<std::pair<int, double>>, int>;
-  using PlanKey = std::tuple<ScheduleKey, int, size_t, size_t, bool>;
+  using LoweredKey = std::tuple<ScheduleKey, int, size_t, size_t, bool>;
   using AutoKey = std::tuple<size_t, int, double>;
 
   int n_;
@@ -161,16 +161,16 @@ class Planner {
   mutable std::map<std::pair<size_t, bool>, PlanChoice> auto_choice_;
   mutable std::map<AutoKey, PlanChoice> degraded_choice_;  // with degraded links
   mutable std::map<AutoKey, PlanChoice> profiled_choice_;  // persistent straggler, healthy links
-  // Lowered plans, most recently used first (bounded: a DDP job uses a handful of sizes).
-  mutable std::list<std::pair<PlanKey, std::shared_ptr<const RankPlan>>> plans_;
+  // Lowered schedules, most recently used first (bounded: a DDP job uses a handful of sizes).
+  mutable std::list<std::pair<LoweredKey, std::shared_ptr<const LoweredSchedule>>> lowered_;
 };
 
 // The Ring all_reduce of core::ring_allreduce lowered for `rank` (what internal collectives, the
 // profiler exchange and the link-probe exchange, run; every rank holds bitwise identical results).
-std::shared_ptr<const RankPlan> ring_allreduce_plan(int rank, int n, size_t numel);
+std::shared_ptr<const LoweredSchedule> ring_allreduce_schedule(int rank, int n, size_t numel);
 // The recursive doubling all_reduce of core::rd_allreduce lowered for `rank`: what the small
 // internal collectives run (the profiler's exchanges, the GPU path's header check): log2(n)
 // rounds instead of Ring's 2(n-1); identical results on every rank too.
-std::shared_ptr<const RankPlan> small_allreduce_plan(int rank, int n, size_t numel);
+std::shared_ptr<const LoweredSchedule> small_allreduce_schedule(int rank, int n, size_t numel);
 
 }  // namespace stragg

@@ -1,7 +1,6 @@
 // The settings table (rows(): one row per STRAGG_* setting with its type, default, accepted
-// values, meaning and parser) and the typed views built from it. Over 500 lines on purpose:
-// the table is the single place every setting is spelled (C++, Python, pg_options, docs/settings.md),
-// and splitting it would spread one list over several files.
+// values, meaning and parser) and the typed views built from it. The table is the one place
+// every setting is spelled (C++, Python, pg_options, docs/settings.md).
 #include "plan/settings.h"
 
 #include <algorithm>

@@ -15,7 +15,7 @@ using Clock = std::chrono::steady_clock;
 
 }  // namespace
 
-void Executor::run(const RankPlan& plan, const CollectiveSpec& spec, void* buf,
+void Executor::run(const LoweredSchedule& plan, const CollectiveSpec& spec, void* buf,
                    std::chrono::milliseconds timeout) {
   const auto start = Clock::now();
   const RunGuard running(*this, spec, "Executor::run");

@@ -1,4 +1,5 @@
-// Runs a RankPlan over a Transport (no torch here). Knows nothing about which algorithm it runs.
+// Runs a LoweredSchedule over a Transport (no torch here). Knows nothing about which algorithm it
+// runs.
 #pragma once
 
 #include <chrono>
@@ -8,7 +9,7 @@
 #include <vector>
 
 #include "runtime/dtype.h"
-#include "runtime/plan.h"
+#include "runtime/lowered_schedule.h"
 #include "runtime/stall.h"
 #include "runtime/step_window.h"
 #include "transport/transport.h"
@@ -41,7 +42,7 @@ class Executor {
   // peer dies or does not arrive before `timeout` (naming it), or when another rank aborted the
   // group. Any failure aborts the group for every rank (Transport::signal_abort), so the other
   // ranks raise promptly instead of hanging. One run at a time (the window is reused).
-  void run(const RankPlan& plan, const CollectiveSpec& spec, void* buf,
+  void run(const LoweredSchedule& plan, const CollectiveSpec& spec, void* buf,
            std::chrono::milliseconds timeout);
 
   // The one-shot all_reduce (OneshotArea, transport.h) in place on `buf`: this rank's input goes

@@ -12,7 +12,7 @@
 namespace stragg {
 
 StepSink::StepSink(int rank, const CollectiveSpec& spec, uint8_t tag, uint32_t step,
-                   const PlanOp& op, uint8_t* buf, bool stream_copies)
+                   const LoweredOp& op, uint8_t* buf, bool stream_copies)
     : rank_(rank),
       spec_(spec),
       tag_(tag),
@@ -57,7 +57,7 @@ void StepSink::on_header(const MessageHeader& h) {
   MismatchText diffs(rank_, peer);
   diffs.call_fields(h.dtype, h.numel, h.op, spec_);
   if (diffs.empty()) {
-    diffs.field("algorithm", plan_tag_name(h.algo), plan_tag_name(tag_));
+    diffs.field("algorithm", schedule_tag_name(h.algo), schedule_tag_name(tag_));
     diffs.field("step", std::to_string(h.step), std::to_string(step_));
     diffs.field("message bytes", std::to_string(h.payload_bytes), std::to_string(op_.count * elem));
     diffs.field("sender", std::to_string(h.sender), std::to_string(peer));

@@ -8,8 +8,8 @@
 #include <memory>
 #include <string>
 
+#include "runtime/lowered_schedule.h"
 #include "runtime/stall.h"
-#include "runtime/plan.h"
 #include "transport/transport.h"
 
 namespace stragg {
@@ -18,7 +18,7 @@ class StepSink final : public RecvSink {
  public:
   // stream_copies: a copying receive (not reducing, not staged) writes the buffer with
   // non-temporal stores (runtime/streaming_copy.h).
-  StepSink(int rank, const CollectiveSpec& spec, uint8_t tag, uint32_t step, const PlanOp& op,
+  StepSink(int rank, const CollectiveSpec& spec, uint8_t tag, uint32_t step, const LoweredOp& op,
            uint8_t* buf, bool stream_copies);
   // Whether this receive's payload is written with non-temporal stores.
   bool streams() const { return stream_copies_; }
@@ -32,7 +32,7 @@ class StepSink final : public RecvSink {
   const CollectiveSpec& spec_;
   uint8_t tag_;
   uint32_t step_;
-  PlanOp op_;
+  LoweredOp op_;
   uint8_t* buf_;
   bool stream_copies_;
   std::unique_ptr<uint8_t[]> staging_;

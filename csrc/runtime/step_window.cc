@@ -7,7 +7,7 @@
 namespace stragg {
 namespace {
 
-bool overlap(const PlanOp& a, const PlanOp& b) {
+bool overlap(const LoweredOp& a, const LoweredOp& b) {
   return a.count > 0 && b.count > 0 && a.offset < b.offset + b.count &&
          b.offset < a.offset + a.count;
 }
@@ -22,7 +22,7 @@ StepWindow::StepWindow(Transport& transport, size_t lookahead, ExecutorStats& st
       stats_(stats),
       slots_(lookahead_) {}
 
-void StepWindow::start(const RankPlan& plan, const CollectiveSpec& spec, uint8_t* buf) {
+void StepWindow::start(const LoweredSchedule& plan, const CollectiveSpec& spec, uint8_t* buf) {
   plan_ = &plan;
   spec_ = &spec;
   buf_ = buf;
@@ -43,7 +43,7 @@ const StepWindow::Active* StepWindow::find(size_t step_index) const {
 }
 
 void StepWindow::post(size_t step_index) {
-  const PlanStep& step = plan_->steps[step_index];
+  const LoweredStep& step = plan_->steps[step_index];
   Active& a = slot(posted_++);
   a.index = step_index;
   a.complete = false;
@@ -51,7 +51,7 @@ void StepWindow::post(size_t step_index) {
   a.recvs.assign(step.recvs.size(), RecvOp{});
   const int rank = t_.rank();
   for (size_t i = 0; i < step.sends.size(); ++i) {
-    const PlanOp& p = step.sends[i];
+    const LoweredOp& p = step.sends[i];
     SendOp& s = a.sends[i];
     s.peer = p.peer;
     s.data = buf_ + p.offset * elem_;
@@ -68,7 +68,7 @@ void StepWindow::post(size_t step_index) {
   a.sinks.clear();
   a.sinks.reserve(step.recvs.size());  // no reallocation below: recvs point into it
   for (size_t i = 0; i < step.recvs.size(); ++i) {
-    PlanOp p = step.recvs[i];
+    LoweredOp p = step.recvs[i];
     // Without RecvOp::limit, a receive overlapping a send of the step must be staged.
     if (p.follows_send >= 0 && !limits_) p.staged = true;
     a.sinks.emplace_back(rank, *spec_, plan_->tag, step.id, p, buf_, stream_copies_);
@@ -82,7 +82,7 @@ void StepWindow::post(size_t step_index) {
 
 // Conflicts of the new step's ops with the unfinished ops of the earlier posted steps.
 void StepWindow::add_deps(Active& a) {
-  const PlanStep& step = plan_->steps[a.index];
+  const LoweredStep& step = plan_->steps[a.index];
   // Resized and cleared, not reassigned: the inner lists keep their capacity.
   a.send_deps.resize(step.sends.size());
   a.recv_deps.resize(step.recvs.size());
@@ -92,7 +92,7 @@ void StepWindow::add_deps(Active& a) {
     const Active& e = slot(k);
     if (e.index >= a.index) break;
     if (e.complete) continue;
-    const PlanStep& earlier = plan_->steps[e.index];
+    const LoweredStep& earlier = plan_->steps[e.index];
     for (size_t j = 0; j < earlier.recvs.size(); ++j) {
       for (size_t i = 0; i < step.sends.size(); ++i) {  // read after write
         if (overlap(step.sends[i], earlier.recvs[j])) a.send_deps[i].push_back({e.index, false, j});
@@ -114,7 +114,7 @@ bool StepWindow::dep_satisfied(const Dep& d) const {
   if (e == nullptr || e->complete) return true;  // retired or completed: its writes are applied
   if (d.send) return e->sends[d.index].done;
   // A staged receive writes the buffer only when its step completes.
-  const PlanOp& p = plan_->steps[d.step].recvs[d.index];
+  const LoweredOp& p = plan_->steps[d.step].recvs[d.index];
   const bool staged = p.staged || (p.follows_send >= 0 && !limits_);
   return !staged && e->recvs[d.index].done;
 }
@@ -144,7 +144,7 @@ bool StepWindow::peer_busy(size_t step_index, bool send, size_t index) const {
 }
 
 bool StepWindow::progress_step(Active& a) {
-  const PlanStep& step = plan_->steps[a.index];
+  const LoweredStep& step = plan_->steps[a.index];
   bool moved = false;
   bool all_done = true;
   for (size_t i = 0; i < a.sends.size(); ++i) {

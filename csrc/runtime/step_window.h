@@ -1,4 +1,4 @@
-// The steps of a RankPlan in flight (no torch here): the executor's progress engine.
+// The steps of a LoweredSchedule in flight (no torch here): the executor's progress engine.
 //
 // The schedule IR's semantics are lockstep: in a step every send reads the data as it was at the
 // start of the step and receives are applied at its end. Running the steps strictly one after
@@ -33,7 +33,7 @@
 #include <vector>
 
 #include "runtime/dtype.h"
-#include "runtime/plan.h"
+#include "runtime/lowered_schedule.h"
 #include "runtime/step_sink.h"
 #include "transport/transport.h"
 
@@ -50,7 +50,7 @@ class StepWindow {
 
   // Begins running `plan` on `buf` (spec.numel elements of spec.dtype); plan and spec must
   // outlive the run. Whatever a previous run left posted is dropped.
-  void start(const RankPlan& plan, const CollectiveSpec& spec, uint8_t* buf);
+  void start(const LoweredSchedule& plan, const CollectiveSpec& spec, uint8_t* buf);
   // Runs whose buffer has at least this many bytes write their copying receives with
   // non-temporal stores (runtime/streaming_copy.h); 0: never. Takes effect at the next start().
   void set_streaming_bytes(size_t bytes) { streaming_bytes_ = bytes; }
@@ -84,7 +84,7 @@ class StepWindow {
     bool complete = false;  // every op done, staged receives applied
   };
 
-  // Steps kept posted in this run: the window's, or more where the plan asks (RankPlan).
+  // Steps kept posted in this run: the window's, or more where the plan asks (LoweredSchedule).
   size_t run_lookahead() const { return run_lookahead_; }
   void post(size_t step_index);
   void add_deps(Active& a);
@@ -102,7 +102,7 @@ class StepWindow {
   size_t run_lookahead_;
   const bool limits_;
   ExecutorStats& stats_;
-  const RankPlan* plan_ = nullptr;
+  const LoweredSchedule* plan_ = nullptr;
   const CollectiveSpec* spec_ = nullptr;
   uint8_t* buf_ = nullptr;
   size_t elem_ = 0;

@@ -13,7 +13,9 @@ struct CallRecord {
   int64_t bytes = 0;
   uint64_t wire_seq = 0;  // the collective's sequence number on the wire (internal ones count too)
   std::string algorithm;  // what ran: "ring", "stragglar", ... ("gloo" when delegated)
-  std::string plan;       // with its parameters: "stragglar(2)", "optcc(3=2,k=16)", "ring"
+  // What ran with its parameters: "stragglar(2)", "optcc(3=2,k=16)", "ring" (the key "plan" of
+  // stragg.recent_calls).
+  std::string schedule_name;
   int straggler = -1;     // configured or agreed straggler of this call, -1 = none
   double queued_s = 0;    // from the call to the worker starting it
   double agreement_s = 0; // dynamic straggler agreement

@@ -16,7 +16,7 @@ namespace {
 // leaves Ring only for a predicted gain of 5% or more, and the plan check undoes a slower plan.
 constexpr double kDegradedThreshold = 1.05;
 // A newly degraded rank below this factor is confirmed by a second probe first (the links'
-// mean readings of the two decide): one probe can read a healthy host 1.12 slow.
+// mean readings of the two decide): one probe can read a healthy host above the threshold.
 constexpr double kSureFactor = 1.25;
 // Step times drifted when the measured/model ratio moves this far from the one after the last
 // probe; drift re-probes at most once per this many exchanges.
@@ -127,8 +127,8 @@ void GroupProfiler::after_call(Executor& ex, const InternalSpec& spec, const Cal
   batch_predicted_.push_back(record.predicted_s);
   try {
     // An extra exchange after the first kFirstBatchCalls calls: until it the planner has only
-    // the default link model (fast links), which on a slow network picks a plan 25-60% slower
-    // for large calls. The next one is at call K again, so the later ones keep their schedule.
+    // the default link model (fast links), which on a slow network picks slower schedules for
+    // large calls. The next one is at call K again, so the later ones keep their schedule.
     int batch = every_;
     if (exchanges_done_ == 0 && every_ > kFirstBatchCalls) batch = kFirstBatchCalls;
     if (exchanges_done_ == 1 && early_exchange_) batch = std::max(1, every_ - kFirstBatchCalls);
@@ -166,7 +166,7 @@ void GroupProfiler::exchange(Executor& ex, const InternalSpec& spec,
   row[k + 1] = batch_probe_s_;
   row[k + 2] = last_exchange_s_;
   const auto t0 = Clock::now();
-  ex.run(*small_allreduce_plan(rank_, n_, all.size()),
+  ex.run(*small_allreduce_schedule(rank_, n_, all.size()),
          spec("profiler exchange", DType::Float64, all.size()), all.data(), timeout);
   last_exchange_s_ = seconds(Clock::now() - t0);
   interval_spoiled_ = true;
@@ -250,8 +250,7 @@ void GroupProfiler::exchange(Executor& ex, const InternalSpec& spec,
   schedule_probes(beta, k, batch_period);
   {
     // Until a probe has measured the links, the calls' own rate is a better model than the
-    // default (made for fast links): on 300 Mbit/s the default made Auto run RHD for 10 MiB,
-    // 25% slower than Ring there.
+    // default, which is made for fast links and picks slower algorithms on slow ones.
     std::unique_lock<std::mutex> guard(mu_);
     if (link_source_ != "measured" && beta > 0) {
       link_.beta_s_per_byte = beta;
@@ -351,43 +350,36 @@ void GroupProfiler::campaign_finished(std::vector<LinkModel> matrix) {
     pending_ = average_links(first_matrix_, matrix);
     return;
   }
+  if (needs_second_probe(matrix)) {
+    confirming_ = true;
+    first_matrix_ = std::move(matrix);
+    prober_.start(prober_.transfer_bytes());
+    return;
+  }
+  pending_ = std::move(matrix);
+}
+
+bool GroupProfiler::needs_second_probe(const std::vector<LinkModel>& matrix) {
   std::vector<Slowdown> current;
   {
     std::lock_guard<std::mutex> lock(mu_);
     current = analysis_.degraded;
   }
   // Every rank holds the same matrix and verdict: all decide alike to probe again.
-  if (several_hosts()) {
-    const LinkAnalysis first = analyze_links(network_links(matrix), n_, kDegradedThreshold);
-    if (needs_confirmation(first, current, kSureFactor)) {
-      log_info("stragg: rank " + std::to_string(rank_) + " of group '" + group_ +
-               "': link probe: " + degraded_text(first.degraded) + "; probing again to confirm");
-      confirming_ = true;
-      first_matrix_ = std::move(matrix);
-      prober_.start(prober_.transfer_bytes());
-      return;
-    }
-  }
-  pending_ = std::move(matrix);
+  if (!several_hosts()) return false;
+  const LinkAnalysis first = analyze_links(network_links(matrix), n_, kDegradedThreshold);
+  if (!needs_confirmation(first, current, kSureFactor)) return false;
+  log_info("stragg: rank " + std::to_string(rank_) + " of group '" + group_ +
+           "': link probe: " + degraded_text(first.degraded) + "; probing again to confirm");
+  return true;
 }
 
 void GroupProfiler::probe_links(Executor& ex, const InternalSpec& spec,
                                 std::chrono::milliseconds timeout) {
   const auto t0 = Clock::now();
   std::vector<LinkModel> matrix = prober_.probe_now(ex, spec, timeout);
-  std::vector<Slowdown> current;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    current = analysis_.degraded;
-  }
-  // Every rank holds the same matrix and verdict: all decide alike to probe again.
-  if (several_hosts()) {
-    const LinkAnalysis first = analyze_links(network_links(matrix), n_, kDegradedThreshold);
-    if (needs_confirmation(first, current, kSureFactor)) {
-      log_info("stragg: rank " + std::to_string(rank_) + " of group '" + group_ +
-               "': link probe: " + degraded_text(first.degraded) + "; probing again to confirm");
-      matrix = average_links(matrix, prober_.probe_now(ex, spec, timeout));
-    }
+  if (needs_second_probe(matrix)) {
+    matrix = average_links(matrix, prober_.probe_now(ex, spec, timeout));
   }
   const double spent = seconds(Clock::now() - t0);
   interval_spoiled_ = true;

@@ -103,6 +103,10 @@ class GroupProfiler {
   // A finished probe's matrix: confirms a small new factor with a second probe, else keeps it
   // for install() at the next exchange.
   void campaign_finished(std::vector<LinkModel> matrix);
+  // True (and logged) if `matrix` changes the degraded ranks in a way one probe's noise could
+  // explain (needs_confirmation), so that a second probe confirms it first; groups across hosts
+  // only. The same on every rank (they hold the same matrix).
+  bool needs_second_probe(const std::vector<LinkModel>& matrix);
   // The analysis of `matrix` becomes the measured link model (readers see it at once).
   void install(const std::vector<LinkModel>& matrix);
   // The plan check's verdict becomes what the session and the planner use.

@@ -9,9 +9,8 @@
 namespace stragg {
 namespace {
 
-// probe_now(): 8 messages of 128 KiB against one of 1 MiB, best of 5, on every link. 1 MiB
-// transfers: on the emulated 5-host 300 Mbit/s cluster healthy hosts then read within 1.026 of
-// each other and a host at l = 1.14 at 1.09-1.15 (0.5 MiB transfers: up to 1.055 and 1.05-1.16).
+// probe_now(): 8 messages of 128 KiB against one of 1 MiB, best of 5, on every link. Transfers
+// of 1 MiB rather than less: shorter ones read healthy hosts further apart.
 constexpr size_t kFullTransferBytes = 1 << 20;
 constexpr int kFullRepetitions = 5;
 constexpr double kUnmeasured = 1e300;
@@ -42,8 +41,8 @@ void LinkProber::run_slice(Executor& ex, const InternalSpec& spec,
   using Clock = std::chrono::steady_clock;
   auto& best = best_[static_cast<size_t>(slice.round) * 2 + slice.direction];
   for (int shape = 0; shape < 3; ++shape) {
-    const RankPlan plan = link_probe_plan(n_, rank_, slice.round, slice.direction, kMessages,
-                                          elems_, static_cast<ProbeShape>(shape));
+    const LoweredSchedule plan = link_probe_schedule(
+        n_, rank_, slice.round, slice.direction, kMessages, elems_, static_cast<ProbeShape>(shape));
     const CollectiveSpec s = spec("link probe", DType::Float32, buf_.size());
     const auto t0 = Clock::now();
     ex.run(plan, s, buf_.data(), timeout);
@@ -103,7 +102,7 @@ std::vector<LinkModel> LinkProber::finish(Executor& ex, const InternalSpec& spec
     }
   }
   // All-gather through a sum: every rank fills its own row, zeros elsewhere (x + 0 is exact).
-  ex.run(*small_allreduce_plan(rank_, n_, all.size()),
+  ex.run(*small_allreduce_schedule(rank_, n_, all.size()),
          spec("link probe exchange", DType::Float64, all.size()), all.data(), timeout);
   std::vector<LinkModel> matrix(n * n);
   for (size_t i = 0; i < n * n; ++i) {

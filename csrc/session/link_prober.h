@@ -1,4 +1,4 @@
-// The link probes of a group (no torch here): runs link_probe_plan transfers on the executor
+// The link probes of a group (no torch here): runs link_probe_schedule transfers on the executor
 // and all-gathers the n x n matrix of per-link alpha/beta (plan/link_probe.h).
 //
 // Two ways to probe:

@@ -156,18 +156,31 @@ class Session {
   std::optional<std::string> failure() const;
 
  private:
-  void run_call(AllreduceCall& call, CallRecord& record);
-  void run_barrier(std::chrono::milliseconds timeout);
-  void run_external(ExternalCall& call, uint64_t seq);
-  void check_external_header(const ExternalCall& call, uint64_t seq);
+  // Queueing and running calls (session_run.cc).
   uint64_t enqueue(SerialWorker::Job job, const char* name,
                    std::function<void(std::exception_ptr)> done);
+  void run_call(AllreduceCall& call, CallRecord& record);
   void run_on_executor(AllreduceCall& call, CallRecord& record);
-  bool oneshot_fits(const PlanChoice& choice, size_t bytes) const;
-  void finish_call(AllreduceCall& call, CallRecord& record, std::exception_ptr error);
+  void run_external(ExternalCall& call, uint64_t seq);
+  void check_external_header(const ExternalCall& call, uint64_t seq);
+  void run_barrier(std::chrono::milliseconds timeout);
+  CollectiveSpec next_spec(const char* name, DType dtype, size_t numel, bool internal);
+
+  // What a call runs (session_decide.cc), the same on every rank.
+  struct CallDecision {
+    bool oneshot = false;                             // the one-shot all_reduce (no schedule)
+    std::shared_ptr<const LoweredSchedule> schedule;  // else the planner's choice for this rank
+  };
+  // Fills the record's algorithm, schedule name, straggler, window and prediction.
+  CallDecision decide_call(const CollectiveSpec& spec, AllreduceCall& call, CallRecord& record);
+  PlanChoice decide_external(const ExternalCall& call) const;
   int call_straggler(const CollectiveSpec& spec, size_t bytes, AllreduceCall& call,
                      CallRecord& record);
-  CollectiveSpec next_spec(const char* name, DType dtype, size_t numel, bool internal);
+  bool oneshot_fits(const PlanChoice& choice, size_t bytes) const;
+
+  // The record and the counters of a finished call (session_record.cc).
+  void finish_call(AllreduceCall& call, CallRecord& record, std::exception_ptr error);
+
   std::string prefix() const;
   // Throws stragg::Error "stragg: rank R: <op> on a process group that was <state>".
   [[noreturn]] void refuse(const char* op, const std::string& state) const;
@@ -195,7 +208,7 @@ class Session {
   uint64_t agreements_ = 0;  // dynamic straggler agreements so far (the arrival board's key)
   int64_t current_call_ = -1;  // the user call running (or last run): errors name it
   PlanChoice last_choice_;     // the last call's choice and its description (records)
-  std::string last_plan_;
+  std::string last_schedule_name_;
 
   std::atomic<int64_t> allreduce_calls_{0};
   std::atomic<int64_t> allreduce_bytes_{0};

@@ -26,9 +26,9 @@ TEST(RingPlan, EveryElementIsSentOncePerPhaseAndReceivedOnce) {
     for (size_t numel : {0, 1, 5, 6, 7, 100}) {
       std::vector<int> received(numel, 0);
       for (int r = 0; r < n; ++r) {
-        const auto plan = ring_allreduce_plan(r, n, numel);
+        const auto plan = ring_allreduce_schedule(r, n, numel);
         ASSERT_EQ(plan->steps.size(), static_cast<size_t>(2 * (n - 1)));
-        EXPECT_EQ(plan->tag, plan_tag(Algorithm::Ring));
+        EXPECT_EQ(plan->tag, schedule_tag(Algorithm::Ring));
         for (const auto& step : plan->steps) {
           ASSERT_EQ(step.recvs.size(), 1u);
           EXPECT_EQ(step.recvs[0].peer, (r + n - 1) % n);
@@ -40,7 +40,7 @@ TEST(RingPlan, EveryElementIsSentOncePerPhaseAndReceivedOnce) {
       for (size_t i = 0; i < numel; ++i) EXPECT_EQ(received[i], 2 * (n - 1)) << i;
     }
   }
-  EXPECT_TRUE(ring_allreduce_plan(0, 1, 10)->steps.empty());
+  EXPECT_TRUE(ring_allreduce_schedule(0, 1, 10)->steps.empty());
 }
 
 struct Case {
@@ -87,8 +87,8 @@ TEST(Executor, ReusedAcrossPlansOfDifferentShapes) {
       CollectiveSpec spec;
       spec.seq = seq++;
       spec.numel = run.numel;
-      const auto plan = run.ring ? ring_allreduce_plan(r, n, run.numel)
-                                 : small_allreduce_plan(r, n, run.numel);
+      const auto plan = run.ring ? ring_allreduce_schedule(r, n, run.numel)
+                                 : small_allreduce_schedule(r, n, run.numel);
       ex.run(*plan, spec, buf.data(), std::chrono::seconds(20));
       results[r].push_back(std::move(buf));
     }
@@ -123,7 +123,7 @@ TEST(Executor, MismatchedDtypeAndOpAreNamed) {
     spec.dtype = r == 0 ? DType::Float64 : DType::Int64;
     spec.op = r == 0 ? ReduceOp::Sum : ReduceOp::Max;
     try {
-      ex.run(*ring_allreduce_plan(r, 2, 16), spec, buf.data(), std::chrono::seconds(20));
+      ex.run(*ring_allreduce_schedule(r, 2, 16), spec, buf.data(), std::chrono::seconds(20));
     } catch (const Error& e) {
       errors[r] = e.what();
     }
@@ -153,7 +153,8 @@ TEST(Executor, MissingRankTimesOutNamingIt) {
     }
     auto t0 = std::chrono::steady_clock::now();
     try {
-      ex.run(*ring_allreduce_plan(r, n, buf.size()), spec, buf.data(), std::chrono::milliseconds(500));
+      ex.run(*ring_allreduce_schedule(r, n, buf.size()), spec, buf.data(),
+             std::chrono::milliseconds(500));
     } catch (const Error& e) {
       errors[r] = e.what();
     }
@@ -175,7 +176,7 @@ TEST(Executor, GroupIsUnusableAfterAnAbort) {
   CollectiveSpec spec;
   spec.numel = 4;
   try {
-    ex.run(*ring_allreduce_plan(1, 2, 4), spec, buf.data(), std::chrono::seconds(1));
+    ex.run(*ring_allreduce_schedule(1, 2, 4), spec, buf.data(), std::chrono::seconds(1));
     FAIL();
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("aborted"), std::string::npos);

@@ -49,7 +49,7 @@ std::vector<unsigned char> allreduce_on_rank(HostGroup& g, const Planner& planne
     spec.numel = numel;
     const PlanChoice choice = planner.choose(bytes, planner.straggler().rank);
     const GpuCompletion done =
-        ex.run(*planner.plan(r, choice, numel, dtype_size(t), ordered), spec, buf, caller, 20s);
+        ex.run(*planner.lower(r, choice, numel, dtype_size(t), ordered), spec, buf, caller, 20s);
     done.stream_wait(caller);  // Work::wait(): the caller's stream waits
     ex.wait(done, spec, 20s);  // synchronize(): the host waits
     dev.enqueue(caller, [&] { std::memcpy(out.data(), buf, bytes); });  // "D2H"
@@ -293,7 +293,7 @@ TEST(HostGpuDtypes, PremulSumThenAverage) {
     CollectiveSpec spec;
     spec.numel = numel;
     dev.scale(DType::Float32, buf, numel, 0.5, s);
-    ex.run(*planner.plan(r, planner.choose(numel * 4, -1), numel, 4), spec, buf, s, 10s);
+    ex.run(*planner.lower(r, planner.choose(numel * 4, -1), numel, 4), spec, buf, s, 10s);
     dev.divide(DType::Float32, buf, numel, n, s);
     dev.enqueue(s, [&, buf] { std::memcpy(out[r].data(), buf, numel * 4); });
     dev.synchronize(s);
@@ -319,17 +319,17 @@ TEST(HostGpuScratch, ReduceStagedAndFollowsSendPaths) {
   std::vector<uint64_t> kernels(2);
   const auto errors = run_ranks(2, [&](int r) {
     const int p = 1 - r;
-    RankPlan plan;
-    plan.tag = plan_tag(Algorithm::Ring);
-    PlanStep s0, s1, s2;
+    LoweredSchedule plan;
+    plan.tag = schedule_tag(Algorithm::Ring);
+    LoweredStep s0, s1, s2;
     s0.id = 0;
-    s0.sends.push_back(PlanOp{p, 0, h, false, false, -1});
-    s0.recvs.push_back(PlanOp{p, h, h, true, false, -1});
+    s0.sends.push_back(LoweredOp{p, 0, h, false, false, -1});
+    s0.recvs.push_back(LoweredOp{p, h, h, true, false, -1});
     s1.id = 1;
-    s1.sends.push_back(PlanOp{p, 0, h, false, false, -1});
-    s1.sends.push_back(PlanOp{p, h, h, false, false, -1});
-    s1.recvs.push_back(PlanOp{p, h, h, false, true, -1});  // staged
-    s1.recvs.push_back(PlanOp{p, 0, h, false, false, 0});  // follows send 0
+    s1.sends.push_back(LoweredOp{p, 0, h, false, false, -1});
+    s1.sends.push_back(LoweredOp{p, h, h, false, false, -1});
+    s1.recvs.push_back(LoweredOp{p, h, h, false, true, -1});  // staged
+    s1.recvs.push_back(LoweredOp{p, 0, h, false, false, 0});  // follows send 0
     s2.id = 2;
     plan.steps = {s0, s1, s2};
     host::HostDevice& dev = *g.devices[r];

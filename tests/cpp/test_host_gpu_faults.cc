@@ -22,7 +22,9 @@ using testing::Latch;
 using testing::run_ranks;
 using namespace std::chrono_literals;
 
-RankPlan ring_plan(int n, int r, size_t numel) { return *ring_allreduce_plan(r, n, numel); }
+LoweredSchedule ring_plan(int n, int r, size_t numel) {
+  return *ring_allreduce_schedule(r, n, numel);
+}
 
 CollectiveSpec spec_of(size_t numel, uint64_t seq = 0) {
   CollectiveSpec spec;

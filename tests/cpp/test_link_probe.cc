@@ -68,8 +68,8 @@ TEST(LinkProbe, DirectedPlansMirrorEachOther) {
   ASSERT_GT(peer, 0);  // rank 0 is the lower rank: it sends in direction 0
   for (ProbeShape shape : {ProbeShape::kMany, ProbeShape::kOne, ProbeShape::kTiny}) {
     const bool many = shape == ProbeShape::kMany;
-    const RankPlan snd = link_probe_plan(n, 0, round, 0, m, elems, shape);
-    const RankPlan rcv = link_probe_plan(n, peer, round, 0, m, elems, shape);
+    const LoweredSchedule snd = link_probe_schedule(n, 0, round, 0, m, elems, shape);
+    const LoweredSchedule rcv = link_probe_schedule(n, peer, round, 0, m, elems, shape);
     EXPECT_EQ(snd.tag, kLinkProbeTag);
     const size_t payload_steps = many ? m : 1;
     const size_t payload_elems = shape == ProbeShape::kTiny ? 1 : m * elems;
@@ -91,8 +91,8 @@ TEST(LinkProbe, DirectedPlansMirrorEachOther) {
     }
     EXPECT_EQ(sent, payload_elems);
     // The acknowledgement goes back.
-    const PlanStep& ack_s = snd.steps.back();
-    const PlanStep& ack_r = rcv.steps.back();
+    const LoweredStep& ack_s = snd.steps.back();
+    const LoweredStep& ack_r = rcv.steps.back();
     EXPECT_EQ(ack_s.id, ack_r.id);
     ASSERT_EQ(ack_s.recvs.size(), 1u);
     ASSERT_EQ(ack_r.sends.size(), 1u);
@@ -100,24 +100,25 @@ TEST(LinkProbe, DirectedPlansMirrorEachOther) {
     EXPECT_EQ(ack_r.sends[0].count, 1u);
     // It reads the payload's last landed element: the executor sends it only after the payload
     // arrived (else a warm TCP socket buffer makes the sender time its own buffering).
-    const PlanOp& last = rcv.steps[rcv.steps.size() - 2].recvs[0];
+    const LoweredOp& last = rcv.steps[rcv.steps.size() - 2].recvs[0];
     EXPECT_EQ(ack_r.sends[0].offset, last.offset + last.count - 1);
   }
   // The shapes use different step ids (partners that disagree notice).
   std::multiset<uint32_t> ids;
   for (ProbeShape shape : {ProbeShape::kMany, ProbeShape::kOne, ProbeShape::kTiny}) {
-    for (const auto& s : link_probe_plan(n, 0, round, 0, m, elems, shape).steps) ids.insert(s.id);
+    for (const auto& s : link_probe_schedule(n, 0, round, 0, m, elems, shape).steps)
+      ids.insert(s.id);
   }
   for (uint32_t id : ids) EXPECT_EQ(ids.count(id), 1u) << id;
   // n = 3: the idle rank has no steps.
   for (int r = 0; r < 3; ++r) {
-    EXPECT_EQ(link_probe_plan(3, r, 0, 1, 4, 8, ProbeShape::kMany).steps.empty(),
+    EXPECT_EQ(link_probe_schedule(3, r, 0, 1, 4, 8, ProbeShape::kMany).steps.empty(),
               probe_partner(3, 0, r) < 0);
   }
-  EXPECT_THROW(link_probe_plan(4, 0, 0, 0, 0, 3, ProbeShape::kMany), Error);
-  EXPECT_THROW(link_probe_plan(4, 0, 0, 0, 2, 0, ProbeShape::kOne), Error);
-  EXPECT_THROW(link_probe_plan(4, 0, 3, 0, 2, 3, ProbeShape::kOne), Error);
-  EXPECT_THROW(link_probe_plan(4, 0, 0, 5, 2, 3, ProbeShape::kOne), Error);
+  EXPECT_THROW(link_probe_schedule(4, 0, 0, 0, 0, 3, ProbeShape::kMany), Error);
+  EXPECT_THROW(link_probe_schedule(4, 0, 0, 0, 2, 0, ProbeShape::kOne), Error);
+  EXPECT_THROW(link_probe_schedule(4, 0, 3, 0, 2, 3, ProbeShape::kOne), Error);
+  EXPECT_THROW(link_probe_schedule(4, 0, 0, 5, 2, 3, ProbeShape::kOne), Error);
 }
 
 TEST(LinkProbe, EstimateLinkRecoversAlphaBeta) {

@@ -392,7 +392,7 @@ TEST(MixedTransport, ExecutorNamesARemotePeerThatDied) {
     CollectiveSpec spec;
     spec.numel = buf.size();
     try {
-      ex.run(*ring_allreduce_plan(r, 4, buf.size()), spec, buf.data(), testing::kLongWait);
+      ex.run(*ring_allreduce_schedule(r, 4, buf.size()), spec, buf.data(), testing::kLongWait);
     } catch (const Error& e) {
       errors[r] = e.what();
     }
@@ -436,7 +436,7 @@ TEST_P(MixedScheduleExecution, ExactAndBitwiseIdentical) {
       spec.seq = lookahead == 1 ? 1 : 0;
       spec.numel = numel;
       const PlanChoice choice = planner.choose(numel * sizeof(float), 1);
-      ex.run(*planner.plan(r, choice, numel, sizeof(float), false), spec, work.data(),
+      ex.run(*planner.lower(r, choice, numel, sizeof(float), false), spec, work.data(),
              std::chrono::seconds(60));
       if (lookahead != 1) {
         out[r] = work;

@@ -114,7 +114,8 @@ TEST(Oneshot, InterleavesWithScheduleRuns) {
       spec.seq = static_cast<uint64_t>(k);
       spec.numel = buf.size();
       if (k % 3 == 0) {
-        ex.run(*small_allreduce_plan(r, n, buf.size()), spec, buf.data(), std::chrono::seconds(20));
+        ex.run(*small_allreduce_schedule(r, n, buf.size()), spec, buf.data(),
+               std::chrono::seconds(20));
       } else {
         ex.run_oneshot(spec, buf.data(), oneshots++, std::chrono::seconds(20));
       }
@@ -193,7 +194,8 @@ TEST(Oneshot, PeerRunningAScheduleIsAMismatchNotAHang) {
     const auto t0 = std::chrono::steady_clock::now();
     try {
       if (r == 1) {
-        ex.run(*small_allreduce_plan(r, n, buf.size()), spec, buf.data(), std::chrono::seconds(30));
+        ex.run(*small_allreduce_schedule(r, n, buf.size()), spec, buf.data(),
+               std::chrono::seconds(30));
       } else {
         ex.run_oneshot(spec, buf.data(), 0, std::chrono::seconds(30));
       }

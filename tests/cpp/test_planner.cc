@@ -77,9 +77,9 @@ TEST(Planner, CallStragglerRunsStragglar) {
   EXPECT_EQ(c.straggler, 2);
   EXPECT_NE(p.choose(1 << 20, kNoStraggler).algorithm, Algorithm::Stragglar);
   // The plan of the straggler has no pre-arrival step; the others' do.
-  const RankPlan straggler_plan = *p.plan(2, c, 1000, 4);
-  const RankPlan early_plan = *p.plan(0, c, 1000, 4);
-  auto has_pre = [](const RankPlan& r) {
+  const LoweredSchedule straggler_plan = *p.lower(2, c, 1000, 4);
+  const LoweredSchedule early_plan = *p.lower(0, c, 1000, 4);
+  auto has_pre = [](const LoweredSchedule& r) {
     for (const auto& s : r.steps) {
       if (s.pre_arrival && (!s.sends.empty() || !s.recvs.empty())) return true;
     }
@@ -148,7 +148,7 @@ TEST(Planner, FallbacksAreReported) {
   Planner big(300, auto_config(Straggler::of_rank(7)));
   const PlanChoice c = big.choose(1 << 20, 7);
   EXPECT_EQ(c.algorithm, Algorithm::Stragglar);
-  EXPECT_EQ(big.plan(7, c, 1 << 18, 4)->tag, plan_tag(Algorithm::Stragglar));
+  EXPECT_EQ(big.lower(7, c, 1 << 18, 4)->tag, schedule_tag(Algorithm::Stragglar));
   EXPECT_TRUE(big.notes().empty());
 }
 

@@ -62,7 +62,7 @@ TEST_P(ScheduleExecution, ExactAndBitwiseIdentical) {
       const bool ordered = seq % 2 == 1;
       Executor& runner = seq < 2 ? ex : lockstep;
       const PlanChoice choice = planner.choose(numel * sizeof(float), planner.straggler().rank);
-      runner.run(*planner.plan(r, choice, numel, sizeof(float), ordered), spec, work.data(),
+      runner.run(*planner.lower(r, choice, numel, sizeof(float), ordered), spec, work.data(),
                  std::chrono::seconds(60));
       if (seq == 0) {
         out[r] = work;
@@ -135,7 +135,7 @@ TEST_P(WindowedExecution, BitwiseEqualToLockstepWithRandomFloats) {
         if (r == static_cast<int>(gen() % n)) {
           std::this_thread::sleep_for(std::chrono::milliseconds(gen() % 5));
         }
-        ex.run(*planner.plan(r, choice, numel, sizeof(float), ordered), spec, work.data(),
+        ex.run(*planner.lower(r, choice, numel, sizeof(float), ordered), spec, work.data(),
                std::chrono::seconds(60));
         std::vector<float>& ref = lock[2 * r + (ordered ? 1 : 0)];
         if (lookahead == 1) {
@@ -178,7 +178,8 @@ TEST(RecursiveDoubling, PairsReduceInOneOperandOrderSoNanPayloadsAgree) {
       spec.numel = numel;
       const PlanChoice choice = planner.choose(numel * 4, -1);
       ASSERT_EQ(choice.algorithm, Algorithm::Rd);
-      ex.run(*planner.plan(r, choice, numel, 4, true), spec, bits.data(), std::chrono::seconds(60));
+      ex.run(*planner.lower(r, choice, numel, 4, true), spec, bits.data(),
+             std::chrono::seconds(60));
       out[r] = bits;
     });
     for (int r = 1; r < n; ++r) {
@@ -197,7 +198,7 @@ TEST(Lowering, StragglarStagesTheStragglerExchangeAndPutsPreArrivalFirst) {
   }
   // 3 segments' worth of data: pre-arrival steps of every segment come before any other step.
   const size_t numel = 3 * 3 * 1024;
-  RankPlan p = lower_schedule(s, 0, numel, 4, 4096);
+  LoweredSchedule p = lower_schedule(s, 0, numel, 4, 4096);
   bool seen_post = false;
   bool staged = false;
   for (const auto& step : p.steps) {
@@ -217,8 +218,8 @@ TEST(Lowering, RingNeedsNoStaging) {
 TEST(Lowering, PipelinedRingForwardsSegmentsRoundByRound) {
   auto s = core::build("ring", 4);
   const size_t numel = 4 * 4096;  // chunks of 4096 floats = 16 KiB: 4 segments of 4 KiB
-  const RankPlan whole = lower_schedule(s, 1, numel, 4);
-  const RankPlan piped = lower_schedule(s, 1, numel, 4, 1 << 20, false, 4096);
+  const LoweredSchedule whole = lower_schedule(s, 1, numel, 4);
+  const LoweredSchedule piped = lower_schedule(s, 1, numel, 4, 1 << 20, false, 4096);
   const size_t rounds = whole.steps.size();
   ASSERT_EQ(rounds, 6u);
   ASSERT_EQ(piped.steps.size(), 4 * rounds);
@@ -244,8 +245,8 @@ TEST(Lowering, StragglarWithOrderedReceivesIsPipelined) {
   auto s = core::build("stragglar", 5, "{\"straggler\": 2}");
   const size_t numel = 4 * 16 * 1024;  // chunks of 16 Ki floats = 64 KiB: 16 parts of 4 KiB
   for (int rank = 0; rank < 5; ++rank) {
-    const RankPlan whole = lower_schedule(s, rank, numel, 4, 1 << 20, true, 0);
-    const RankPlan piped = lower_schedule(s, rank, numel, 4, 1 << 20, true, 4096);
+    const LoweredSchedule whole = lower_schedule(s, rank, numel, 4, 1 << 20, true, 0);
+    const LoweredSchedule piped = lower_schedule(s, rank, numel, 4, 1 << 20, true, 4096);
     ASSERT_EQ(piped.steps.size(), 16 * whole.steps.size()) << "rank " << rank;
     EXPECT_EQ(piped.min_lookahead, 32u);
     EXPECT_EQ(whole.min_lookahead, 0u);
@@ -258,7 +259,7 @@ TEST(Lowering, StragglarWithOrderedReceivesIsPipelined) {
         EXPECT_FALSE(r.staged);
         if (r.follows_send < 0) continue;
         ++follows;
-        const PlanOp& send = step.sends[r.follows_send];
+        const LoweredOp& send = step.sends[r.follows_send];
         EXPECT_EQ(send.offset, r.offset);  // the same part of the same chunk
         EXPECT_EQ(send.count, r.count);
       }
@@ -298,8 +299,8 @@ TEST(Lowering, PipelinedPlansAreBitwiseEqualToWholeChunkPlans) {
       CollectiveSpec spec;
       spec.numel = numel;
       const PlanChoice choice = whole.choose(numel * sizeof(float), 3);
-      const auto plan_a = whole.plan(r, choice, numel, sizeof(float), true);
-      const auto plan_b = piped.plan(r, choice, numel, sizeof(float), true);
+      const auto plan_a = whole.lower(r, choice, numel, sizeof(float), true);
+      const auto plan_b = piped.lower(r, choice, numel, sizeof(float), true);
       if (r == 0) steps = {plan_a->steps.size(), plan_b->steps.size()};
       spec.seq = 0;
       ex.run(*plan_a, spec, a.data(), std::chrono::seconds(60));
@@ -349,7 +350,8 @@ std::vector<int> agree(int n, int late, std::chrono::milliseconds delay,
       // Like a real collective, nobody starts the next one before everybody took part.
       std::vector<float> buf(4, 1.0f);
       spec.numel = buf.size();
-      ex.run(*ring_allreduce_plan(r, n, buf.size()), spec, buf.data(), std::chrono::seconds(20));
+      ex.run(*ring_allreduce_schedule(r, n, buf.size()), spec, buf.data(),
+             std::chrono::seconds(20));
     }
   });
   return decided;

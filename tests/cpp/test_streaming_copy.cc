@@ -9,11 +9,11 @@
 
 #include "plan/planner.h"
 #include "runtime/executor.h"
-#include "runtime/plan.h"
+#include "runtime/lowered_schedule.h"
 #include "runtime/step_sink.h"
 #include "runtime/streaming_copy.h"
-#include "transport/shm/shm_transport.h"
 #include "test_util.h"
+#include "transport/shm/shm_transport.h"
 
 namespace stragg {
 namespace {
@@ -47,11 +47,11 @@ TEST(StreamingCopy, CopiesEveryAlignmentAndLengthAndNothingElse) {
 TEST(StreamingCopy, StepSinkStreamsCopiesAndStillReduces) {
   CollectiveSpec spec;
   spec.numel = 1000;
-  PlanOp copy_op;
+  LoweredOp copy_op;
   copy_op.peer = 1;
   copy_op.offset = 3;  // 12 bytes into the buffer: not 16-byte aligned
   copy_op.count = 900;
-  PlanOp reduce_op = copy_op;
+  LoweredOp reduce_op = copy_op;
   reduce_op.reduce = true;
   std::vector<float> incoming(900);
   for (size_t i = 0; i < incoming.size(); ++i) incoming[i] = static_cast<float>(i) * 0.5f;
@@ -94,7 +94,7 @@ TEST(StreamingCopy, RingResultsAreBitwiseTheSameWithAndWithoutIt) {
         CollectiveSpec spec;
         spec.seq = seq++;
         spec.numel = numel;
-        ex.run(*ring_allreduce_plan(r, n, numel), spec, buf.data(), std::chrono::seconds(60));
+        ex.run(*ring_allreduce_schedule(r, n, numel), spec, buf.data(), std::chrono::seconds(60));
         out[mode][r].insert(out[mode][r].end(), buf.begin(), buf.end());
       }
     });

@@ -434,8 +434,8 @@ TEST(TcpExecutor, PipelinedStragglarMatchesTheStagedPlanBitwise) {
       for (auto& x : buf) x = dist(gen);
       std::vector<float> a = buf, b = buf;
       const PlanChoice choice = whole.choose(numel * sizeof(float), 1);
-      const auto plan_a = whole.plan(r, choice, numel, sizeof(float), false);
-      const auto plan_b = piped.plan(r, choice, numel, sizeof(float), true);
+      const auto plan_a = whole.lower(r, choice, numel, sizeof(float), false);
+      const auto plan_b = piped.lower(r, choice, numel, sizeof(float), true);
       ASSERT_GT(plan_b->min_lookahead, 0u) << "not pipelined";
       CollectiveSpec spec;
       spec.numel = numel;
@@ -477,7 +477,7 @@ TEST(TcpExecutor, TimeoutNamesTheRankThatNeverArrived) {
     spec.seq = 5;
     spec.numel = buf.size();
     try {
-      ex.run(*ring_allreduce_plan(r, n, buf.size()), spec, buf.data(),
+      ex.run(*ring_allreduce_schedule(r, n, buf.size()), spec, buf.data(),
              std::chrono::milliseconds(500));
     } catch (const Error& e) {
       errors[r] = e.what();
@@ -510,7 +510,7 @@ TEST(TcpExecutor, PeerClosingMidCollectiveMakesTheOthersRaiseNamingIt) {
     CollectiveSpec spec;
     spec.numel = buf.size();
     try {
-      ex.run(*ring_allreduce_plan(r, n, buf.size()), spec, buf.data(), kLongWait);
+      ex.run(*ring_allreduce_schedule(r, n, buf.size()), spec, buf.data(), kLongWait);
     } catch (const Error& e) {
       errors[r] = e.what();
     }
@@ -565,7 +565,7 @@ TEST(TcpExecutor, KilledProcessIsReportedDead) {
       kill(child, SIGKILL);
     });
     try {
-      ex.run(*ring_allreduce_plan(0, 2, numel), spec, buf.data(), kLongWait);
+      ex.run(*ring_allreduce_schedule(0, 2, numel), spec, buf.data(), kLongWait);
     } catch (const Error& e) {
       error = e.what();
     }
@@ -604,7 +604,7 @@ TEST(TcpExecutor, BenchRingAllreduce) {
       spec.seq = seq;
       spec.numel = numel;
       const auto t0 = Clock::now();
-      ex.run(*ring_allreduce_plan(r, n, numel), spec, buf.data(), std::chrono::seconds(120));
+      ex.run(*ring_allreduce_schedule(r, n, numel), spec, buf.data(), std::chrono::seconds(120));
       // The first run warms up.
       if (seq > 0) secs[r] += std::chrono::duration<double>(Clock::now() - t0).count() / 3;
     }

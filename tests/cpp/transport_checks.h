@@ -416,7 +416,7 @@ inline std::vector<std::string> check_a_stopped_rank_is_named_by_every_survivor(
       spec.numel = numel;
       arrive(*t, 0);
       raise(SIGSTOP);
-      ex.run(*ring_allreduce_plan(2, 3, numel), spec, buf.data(), kLongWait);
+      ex.run(*ring_allreduce_schedule(2, 3, numel), spec, buf.data(), kLongWait);
     } catch (...) {
     }
     _exit(0);
@@ -431,7 +431,7 @@ inline std::vector<std::string> check_a_stopped_rank_is_named_by_every_survivor(
     CollectiveSpec spec;
     spec.numel = numel;
     try {
-      ex.run(*ring_allreduce_plan(r, 3, numel), spec, buf.data(),
+      ex.run(*ring_allreduce_schedule(r, 3, numel), spec, buf.data(),
              r == 1 ? std::chrono::milliseconds(5000) : kLongWait);
     } catch (const Error& e) {
       errors[r] = e.what();
@@ -477,7 +477,8 @@ inline void check_ring_allreduce(int size, size_t numel, const MakeTransport& ma
         CollectiveSpec spec;
         spec.seq = seq;
         spec.numel = numel;
-        ex.run(*ring_allreduce_plan(r, size, numel), spec, work.data(), std::chrono::seconds(60));
+        ex.run(*ring_allreduce_schedule(r, size, numel), spec, work.data(),
+               std::chrono::seconds(60));
         out[r] = work;
       }
     } catch (const std::exception& e) {
@@ -510,7 +511,7 @@ inline void check_numel_mismatch_raises_everywhere(int size, const MakeTransport
     CollectiveSpec spec;
     spec.numel = numel;
     try {
-      ex.run(*ring_allreduce_plan(r, size, numel), spec, buf.data(), std::chrono::seconds(20));
+      ex.run(*ring_allreduce_schedule(r, size, numel), spec, buf.data(), std::chrono::seconds(20));
     } catch (const Error& e) {
       errors[r] = e.what();
     }

@@ -81,7 +81,7 @@ int allreduce_rank(const std::string& dir, const std::string& kind, const std::s
     spec.numel = numel;
     const PlanChoice choice = planner.choose(numel * sizeof(float), planner.straggler().rank);
     const GpuCompletion done =
-        ex.run(*planner.plan(rank, choice, numel, sizeof(float), false), spec, dbuf, caller, 60s);
+        ex.run(*planner.lower(rank, choice, numel, sizeof(float), false), spec, dbuf, caller, 60s);
     done.stream_wait(caller);  // Work::wait() on CUDA: the caller's stream waits, not the host
     ex.wait(done, spec, 60s);  // host wait with timeout (synchronize())
     cuda_check(cudaMemcpyAsync(out.data(), dbuf, numel * sizeof(float), cudaMemcpyDeviceToHost,
@@ -162,7 +162,7 @@ TEST(CudaIpcFaults, LateRankTimesOutAndAbortPropagates) {
     cuda_check(cudaMemset(dbuf, 0, numel * sizeof(float)), "cudaMemset");
     CollectiveSpec spec;
     spec.numel = numel;
-    const auto plan = *planner.plan(rank, planner.choose(numel * 4, -1), numel, 4);
+    const auto plan = *planner.lower(rank, planner.choose(numel * 4, -1), numel, 4);
     if (rank == 1) std::this_thread::sleep_for(3s);
     try {
       const GpuCompletion done = ex.run(plan, spec, dbuf, nullptr, rank == 0 ? 1000ms : 60000ms);

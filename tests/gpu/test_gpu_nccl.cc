@@ -69,19 +69,19 @@ TEST(GpuExecutorNccl, ScratchReduceAndStagedCopy) {
   GpuExecutor ex(p2p);
   const size_t n = 2 * 100003;
   const size_t h = n / 2;
-  RankPlan plan;
-  plan.tag = plan_tag(Algorithm::Ring);
-  PlanStep s0;
+  LoweredSchedule plan;
+  plan.tag = schedule_tag(Algorithm::Ring);
+  LoweredStep s0;
   s0.id = 0;
-  s0.sends.push_back(PlanOp{0, 0, h, false, false, -1});
-  s0.recvs.push_back(PlanOp{0, h, h, true, false, -1});
-  PlanStep s1;
+  s0.sends.push_back(LoweredOp{0, 0, h, false, false, -1});
+  s0.recvs.push_back(LoweredOp{0, h, h, true, false, -1});
+  LoweredStep s1;
   s1.id = 1;
-  s1.sends.push_back(PlanOp{0, 0, h, false, false, -1});  // reads the first half...
-  s1.sends.push_back(PlanOp{0, h, h, false, false, -1});
-  s1.recvs.push_back(PlanOp{0, h, h, false, true, -1});   // ...received into the second: staged
-  s1.recvs.push_back(PlanOp{0, 0, h, false, false, 0});   // ...and over itself: follows send 0
-  PlanStep s2;
+  s1.sends.push_back(LoweredOp{0, 0, h, false, false, -1});  // reads the first half...
+  s1.sends.push_back(LoweredOp{0, h, h, false, false, -1});
+  s1.recvs.push_back(LoweredOp{0, h, h, false, true, -1});  // ...received into the second: staged
+  s1.recvs.push_back(LoweredOp{0, 0, h, false, false, 0});  // ...and over itself: follows send 0
+  LoweredStep s2;
   s2.id = 2;
   plan.steps = {s0, s1, s2};
 

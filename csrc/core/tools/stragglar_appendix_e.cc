@@ -67,7 +67,7 @@ std::vector<std::pair<int, int>> match_round(const PropagationState& ps, int n,
     if (mate == lemon::INVALID) continue;
     const int j = g.id(mate);
     if (give[i][j] < 0) continue;
-    st.transfers.push_back({avail[i], avail[j], give[i][j], 1, RecvOp::kCopy});
+    st.transfers.push_back({avail[i], avail[j], give[i][j], 1, RecvAction::kCopy});
     gains.push_back({avail[j], give[i][j]});
   }
   return gains;

@@ -57,7 +57,7 @@ std::string encode(const Schedule& full) {
     if (st.pre_arrival) continue;
     const int r = st.round - first;
     for (const Transfer& t : st.transfers) {
-      if (t.op != RecvOp::kCopy || t.dst == sigma) continue;
+      if (t.op != RecvAction::kCopy || t.dst == sigma) continue;
       const int age = r - to_new[t.chunk];
       if (to_new[t.dst] < 0 || age < 1 || age > 61)
         throw ScheduleError("stragglar_tool: cannot encode round " + std::to_string(r));

@@ -102,28 +102,28 @@ Schedule optcc_reference(int n, const OptccOptions& opt_in) {
         const bool hu = !is_straggler[u], hv = !is_straggler[v];
         if (s3_first) {
           // Reduce-scatter of segment b into owners (straggler contributions included: S3->S1).
-          if (b < k && hv) fast_a.push_back({u, v, section(b, v), 1, RecvOp::kReduce});
+          if (b < k && hv) fast_a.push_back({u, v, section(b, v), 1, RecvAction::kReduce});
           // Allgather of segment b-1 from owners (to stragglers: S4->S2).
           if (b >= 1 && b - 1 < k && hu)
-            fast_b.push_back({u, v, section(b - 1, u), 1, RecvOp::kCopy});
+            fast_b.push_back({u, v, section(b - 1, u), 1, RecvAction::kCopy});
         } else {
           if (hu && hv) {
-            if (b < k) fast_a.push_back({u, v, section(b, v), 1, RecvOp::kReduce});  // S1
+            if (b < k) fast_a.push_back({u, v, section(b, v), 1, RecvAction::kReduce});  // S1
             if (b >= 3 && b - 3 < k)
-              fast_b.push_back({u, v, section(b - 3, u), 1, RecvOp::kCopy});  // S4
+              fast_b.push_back({u, v, section(b - 3, u), 1, RecvAction::kCopy});  // S4
           } else if (hu && v == sigma) {
             if (b >= 1 && b - 1 < k)
-              fast_a.push_back({u, v, section(b - 1, u), 1, RecvOp::kReduce});  // S2
+              fast_a.push_back({u, v, section(b - 1, u), 1, RecvAction::kReduce});  // S2
           } else if (u == sigma && hv) {
             if (b >= 2 && b - 2 < k)
-              fast_b.push_back({u, v, section(b - 2, v), 1, RecvOp::kCopy});  // S3
+              fast_b.push_back({u, v, section(b - 2, v), 1, RecvAction::kCopy});  // S3
           }
         }
         if (bubble) {
           if (hu && v == sigma && b < k)
-            extra.push_back({u, v, bubble_chunk(b), 1, RecvOp::kReduce});
+            extra.push_back({u, v, bubble_chunk(b), 1, RecvAction::kReduce});
           if (u == sigma && hv && b >= 1 && b - 1 < k)
-            extra.push_back({u, v, bubble_chunk(b - 1), 1, RecvOp::kCopy});
+            extra.push_back({u, v, bubble_chunk(b - 1), 1, RecvAction::kCopy});
         }
       }
       bool first = true;
@@ -170,7 +170,7 @@ void expect_same_program(const std::vector<RankOp>& a, const std::vector<RankOp>
                 x.send_peer == y.send_peer && x.send_chunk == y.send_chunk &&
                 x.send_count == y.send_count && x.has_recv == y.has_recv &&
                 x.recv_peer == y.recv_peer && x.recv_chunk == y.recv_chunk &&
-                x.recv_count == y.recv_count && x.recv_op == y.recv_op)
+                x.recv_count == y.recv_count && x.recv_action == y.recv_action)
         << what << " op " << i;
   }
 }
@@ -355,10 +355,10 @@ TEST(Compact, MalformedPatternsAreRejected) {
   // A ring reduce-scatter step as a pattern: 0->1 c1, 1->2 c2, 2->3 c3, 3->0 c0.
   s.add_pattern_step(q, 1, 0, 0);
   std::vector<Transfer> scratch;
-  const std::vector<Transfer> want = {{0, 1, 1, 1, RecvOp::kReduce},
-                                      {1, 2, 2, 1, RecvOp::kReduce},
-                                      {2, 3, 3, 1, RecvOp::kReduce},
-                                      {3, 0, 0, 1, RecvOp::kReduce}};
+  const std::vector<Transfer> want = {{0, 1, 1, 1, RecvAction::kReduce},
+                                      {1, 2, 2, 1, RecvAction::kReduce},
+                                      {2, 3, 3, 1, RecvAction::kReduce},
+                                      {3, 0, 0, 1, RecvAction::kReduce}};
   EXPECT_EQ(s.transfers_of(0, scratch), want);
   EXPECT_NO_THROW(s.validate_structure());
   // Repetition 1 of a single-instance pattern is empty.
@@ -372,7 +372,7 @@ TEST(Compact, MalformedPatternsAreRejected) {
   s.steps.pop_back();
   EXPECT_NO_THROW(s.validate_structure());
   // A pattern step that also lists transfers is malformed.
-  s.steps.back().transfers.push_back({0, 1, 0, 1, RecvOp::kReduce});
+  s.steps.back().transfers.push_back({0, 1, 0, 1, RecvAction::kReduce});
   EXPECT_THROW(s.validate_structure(), ScheduleError);
 }
 

@@ -47,8 +47,8 @@ TEST(Rd, VerifiesCountsRoundsAndReducesLowerFirst) {
     for (const Step& st : s.steps) {
       for (const Transfer& t : st.transfers) {
         // Exchanges: the upper rank of a pair puts the received (lower) data first.
-        if (t.op != RecvOp::kCopy && s.phases[st.phase] == "exchange") {
-          EXPECT_EQ(t.op, t.src < t.dst ? RecvOp::kReduceFirst : RecvOp::kReduce) << n;
+        if (t.op != RecvAction::kCopy && s.phases[st.phase] == "exchange") {
+          EXPECT_EQ(t.op, t.src < t.dst ? RecvAction::kReduceFirst : RecvAction::kReduce) << n;
         }
       }
     }

@@ -26,8 +26,8 @@ TEST(IR, ChunkRangesCoverBufferProportionally) {
 TEST(IR, OnePortRuleIsEnforced) {
   Schedule s = Schedule::make("t", Collective::kAllReduce, 3, 1);
   Step& st = s.add_step(0);
-  st.transfers.push_back({0, 1, 0, 1, RecvOp::kReduce});
-  st.transfers.push_back({0, 2, 0, 1, RecvOp::kReduce});
+  st.transfers.push_back({0, 1, 0, 1, RecvAction::kReduce});
+  st.transfers.push_back({0, 2, 0, 1, RecvAction::kReduce});
   EXPECT_THROW(s.validate_structure(), ScheduleError);
   VerifyResult v = verify(s);
   EXPECT_FALSE(v.ok);
@@ -38,14 +38,14 @@ TEST(IR, PreArrivalStepMustNotTouchStraggler) {
   Schedule s = Schedule::make("t", Collective::kAllReduce, 3, 1);
   s.stragglers = {2};
   Step& st = s.add_step(0, /*pre_arrival=*/true);
-  st.transfers.push_back({0, 2, 0, 1, RecvOp::kReduce});
+  st.transfers.push_back({0, 2, 0, 1, RecvAction::kReduce});
   EXPECT_THROW(s.validate_structure(), ScheduleError);
 }
 
 TEST(IR, RoundRuleForbidsForwardingWithinARound) {
   Schedule s = Schedule::make("t", Collective::kAllReduce, 3, 1);
-  s.add_step(0).transfers.push_back({0, 1, 0, 1, RecvOp::kReduce});
-  s.add_step(0, false, /*same_round=*/true).transfers.push_back({1, 2, 0, 1, RecvOp::kReduce});
+  s.add_step(0).transfers.push_back({0, 1, 0, 1, RecvAction::kReduce});
+  s.add_step(0, false, /*same_round=*/true).transfers.push_back({1, 2, 0, 1, RecvAction::kReduce});
   EXPECT_THROW(s.validate_structure(), ScheduleError);
 }
 
@@ -59,8 +59,8 @@ TEST(IR, RankProgramListsSendsAndReceives) {
     EXPECT_TRUE(op.has_recv);
     EXPECT_EQ(op.recv_peer, 1);
   }
-  EXPECT_EQ(prog[0].recv_op, RecvOp::kReduce);
-  EXPECT_EQ(prog[5].recv_op, RecvOp::kCopy);
+  EXPECT_EQ(prog[0].recv_action, RecvAction::kReduce);
+  EXPECT_EQ(prog[5].recv_action, RecvAction::kCopy);
 }
 
 TEST(IR, JsonRoundTrip) {
@@ -104,21 +104,21 @@ TEST(IR, TablePrinterShowsEveryRank) {
 
 TEST(Verifier, DetectsDoubleCountingAndMissingData) {
   Schedule s = Schedule::make("bad", Collective::kAllReduce, 2, 1);
-  s.add_step(0).transfers.push_back({0, 1, 0, 1, RecvOp::kReduce});
-  s.add_step(0).transfers.push_back({0, 1, 0, 1, RecvOp::kReduce});
+  s.add_step(0).transfers.push_back({0, 1, 0, 1, RecvAction::kReduce});
+  s.add_step(0).transfers.push_back({0, 1, 0, 1, RecvAction::kReduce});
   VerifyResult v = verify(s);
   EXPECT_FALSE(v.ok);
   EXPECT_NE(v.error.find("twice"), std::string::npos) << v.error;
 
   Schedule m = Schedule::make("bad", Collective::kAllReduce, 2, 1);
-  m.add_step(0).transfers.push_back({0, 1, 0, 1, RecvOp::kReduce});
+  m.add_step(0).transfers.push_back({0, 1, 0, 1, RecvAction::kReduce});
   v = verify(m);
   EXPECT_FALSE(v.ok);
   EXPECT_NE(v.error.find("lacks"), std::string::npos) << v.error;
 
   Schedule g = Schedule::make("bad", Collective::kAllGather, 3, 3);
   g.chunk_owner = {0, 1, 2};
-  g.add_step(0).transfers.push_back({1, 2, 0, 1, RecvOp::kCopy});  // rank 1 lacks chunk 0
+  g.add_step(0).transfers.push_back({1, 2, 0, 1, RecvAction::kCopy});  // rank 1 lacks chunk 0
   v = verify(g);
   EXPECT_FALSE(v.ok);
   EXPECT_NE(v.error.find("holds no data"), std::string::npos) << v.error;

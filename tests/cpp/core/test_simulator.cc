@@ -67,8 +67,8 @@ TEST(Simulator, SlowLinkAndArrivalTimes) {
 TEST(Simulator, UnequalChunkWeightsCostTheirBytes) {
   Schedule s = Schedule::make("t", Collective::kAllReduce, 2, 2);
   s.chunk_weights = {3.0, 1.0};
-  s.add_step(0).transfers.push_back({0, 1, 0, 1, RecvOp::kReduce});
-  s.add_step(0).transfers.push_back({1, 0, 1, 1, RecvOp::kReduce});
+  s.add_step(0).transfers.push_back({0, 1, 0, 1, RecvAction::kReduce});
+  s.add_step(0).transfers.push_back({1, 0, 1, 1, RecvAction::kReduce});
   SimResult r = simulate(s, ab(4.0, 0.0, 1.0));
   EXPECT_DOUBLE_EQ(r.round_end[0], 3.0);
   EXPECT_DOUBLE_EQ(r.time, 4.0);

@@ -1,8 +1,8 @@
-#include "runtime/plan.h"
+#include "runtime/lowered_schedule.h"
 
 namespace stragg {
 
-std::string plan_tag_name(uint8_t tag) {
+std::string schedule_tag_name(uint8_t tag) {
   if (tag == kLinkProbeTag) return "link probe";
   if (tag < kAlgorithmNames.size()) return kAlgorithmNames[tag];
   return "plan " + std::to_string(tag);

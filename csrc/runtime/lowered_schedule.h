@@ -1,9 +1,9 @@
 // What one rank does in a collective: the executor's input (no torch here).
 //
-// A RankPlan is a schedule lowered to one rank: a list of steps, each with the sends and receives
-// this rank performs, as element ranges of its own buffer. Within a step all ops progress
-// concurrently; a step finishes when all its ops are done. Ops to the same peer in one step run
-// in the order listed (messages between two ranks are FIFO).
+// A LoweredSchedule is a schedule (core/ir.h) lowered to one rank (plan/lower.h): a list of
+// steps, each with the sends and receives this rank performs, as element ranges of its own
+// buffer. Within a step all ops progress concurrently; a step finishes when all its ops are done.
+// Ops to the same peer in one step run in the order listed (messages between two ranks are FIFO).
 #pragma once
 
 #include <cstddef>
@@ -11,18 +11,18 @@
 #include <string>
 #include <vector>
 
-#include "core/algorithm.h"  // vocabulary only: what a plan's tag names
+#include "core/algorithm.h"  // vocabulary only: what a schedule's tag names
 
 namespace stragg {
 
-// Carried in message headers so ranks running different plans notice it: an all_reduce
+// Carried in message headers so ranks running different schedules notice it: an all_reduce
 // Algorithm (core/algorithm.h), or kLinkProbeTag for the profiler's link probes.
 inline constexpr uint8_t kLinkProbeTag = 0xFF;
-inline uint8_t plan_tag(Algorithm a) { return static_cast<uint8_t>(a); }
+inline uint8_t schedule_tag(Algorithm a) { return static_cast<uint8_t>(a); }
 // "ring", "stragglar", ..., "link probe", or "plan <tag>".
-std::string plan_tag_name(uint8_t tag);
+std::string schedule_tag_name(uint8_t tag);
 
-struct PlanOp {
+struct LoweredOp {
   int peer = -1;
   size_t offset = 0;    // first element
   size_t count = 0;     // elements
@@ -36,24 +36,24 @@ struct PlanOp {
   // read (no staging copy); otherwise the executor stages it.
   int follows_send = -1;
   // Receives with reduce only: the received data is the left operand (x = received (+) x;
-  // core::RecvOp::kReduceFirst), else the right one (x = x (+) received).
+  // core::RecvAction::kReduceFirst), else the right one (x = x (+) received).
   bool received_first = false;
 };
 
-struct PlanStep {
+struct LoweredStep {
   uint32_t id = 0;           // same on every rank; checked in message headers
   bool pre_arrival = false;  // does not involve the straggler (StragglAR's early reduce-scatter)
-  std::vector<PlanOp> sends;
-  std::vector<PlanOp> recvs;
+  std::vector<LoweredOp> sends;
+  std::vector<LoweredOp> recvs;
 };
 
-struct RankPlan {
-  uint8_t tag = plan_tag(Algorithm::Ring);
-  // Steps the executor should keep in flight at least (0: its default). Pipelined plans cut
+struct LoweredSchedule {
+  uint8_t tag = schedule_tag(Algorithm::Ring);
+  // Steps the executor should keep in flight at least (0: its default). Pipelined schedules cut
   // every round into many small steps; a window of a round or two lets a rank run the next
   // round's independent transfers while a partner is still behind in this one.
   size_t min_lookahead = 0;
-  std::vector<PlanStep> steps;
+  std::vector<LoweredStep> steps;
 };
 
 }  // namespace stragg
