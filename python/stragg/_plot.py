@@ -21,6 +21,11 @@ __all__ = ["draw_summary", "plot_summary"]
 _COLORS = ("tab:blue", "tab:orange", "tab:green", "tab:red")
 
 
+def _say(ax: Any, text: str) -> None:
+    """Writes `text` in grey in the middle of an empty plot."""
+    ax.text(0.5, 0.5, text, ha="center", va="center", transform=ax.transAxes, color="gray")
+
+
 def _pyplot() -> Any:
     try:
         import matplotlib
@@ -139,15 +144,7 @@ def draw_summary(
         ax_cdf.set_ylim(0.0, 1.02)
         ax_cdf.legend(loc="lower right", fontsize="small")
     else:
-        ax_cdf.text(
-            0.5,
-            0.5,
-            "no delay samples",
-            ha="center",
-            va="center",
-            transform=ax_cdf.transAxes,
-            color="gray",
-        )
+        _say(ax_cdf, "no delay samples")
     ax_cdf.set_xlabel("straggler delay estimate per call (ms)")
     ax_cdf.set_ylabel("CDF")
     ax_cdf.set_title(f"{labels[0]} straggler delay".strip(), fontsize="medium")
@@ -173,15 +170,7 @@ def draw_summary(
         if many:
             ax_last.legend(fontsize="small")
     else:
-        ax_last.text(
-            0.5,
-            0.5,
-            "no arrival counts",
-            ha="center",
-            va="center",
-            transform=ax_last.transAxes,
-            color="gray",
-        )
+        _say(ax_last, "no arrival counts")
     ax_last.set_xlabel("rank")
     ax_last.set_ylabel("calls in which it arrived last")
     straggler = summary.get("straggler")

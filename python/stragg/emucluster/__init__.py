@@ -22,7 +22,7 @@ run as a file). The measured accuracy of the shaping is in docs/benchmarks.md.
 
 from __future__ import annotations
 
-from . import net
+from . import cluster, net
 from .cli import main
 from .cluster import (
     DEFAULT_NAME,
@@ -37,14 +37,4 @@ from .cluster import (
     Terminated,
 )
 
-__all__ = [
-    "EmuCluster",
-    "EmuClusterError",
-    "Host",
-    "Job",
-    "JobResult",
-    "PrivilegeError",
-    "ProcSpec",
-    "Terminated",
-    "main",
-]
+__all__ = [*cluster.__all__, "main"]

@@ -54,3 +54,17 @@ class PeriodicReport:
         self.history.append((step, metrics))
         logger.info("stragg: %s: step %d: %s", self.owner, step, verdict_line(rep))
         return metrics
+
+
+class ReportAccess:
+    """`history` and `last_report` of a callback that holds a PeriodicReport as `_periodic`."""
+
+    _periodic: PeriodicReport
+
+    @property
+    def history(self) -> list[tuple[int, dict[str, float]]]:
+        return self._periodic.history
+
+    @property
+    def last_report(self) -> StragglerReport | None:
+        return self._periodic.last_report

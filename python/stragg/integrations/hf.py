@@ -44,6 +44,7 @@ import torch.distributed as dist
 
 from .._registration import BACKEND_NAME
 from . import missing
+from ._report import PeriodicReport, ReportAccess
 
 try:
     import accelerate.accelerator as _acc_module
@@ -216,7 +217,7 @@ except ImportError:  # pragma: no cover - accelerate without transformers
     _TrainerCallback = object
 
 
-class StragglerReportCallback(_TrainerCallback):  # type: ignore[misc, valid-type]
+class StragglerReportCallback(ReportAccess, _TrainerCallback):  # type: ignore[misc, valid-type]
     """A transformers ``TrainerCallback`` that logs per-rank lateness and the straggler verdict
     every ``every_n_steps`` optimizer steps.
 
@@ -244,18 +245,8 @@ class StragglerReportCallback(_TrainerCallback):  # type: ignore[misc, valid-typ
     ) -> None:
         if _TrainerCallback is object:
             raise missing("hf", "transformers")
-        from ._report import PeriodicReport
-
         self._periodic = PeriodicReport("StragglerReportCallback", every_n_steps, group, sync)
         self.trainer = trainer
-
-    @property
-    def history(self) -> list[tuple[int, dict[str, float]]]:
-        return self._periodic.history
-
-    @property
-    def last_report(self) -> Any:
-        return self._periodic.last_report
 
     def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         self._periodic.check(self._periodic.group)

@@ -32,7 +32,7 @@ import torch.distributed as dist
 from .. import ddp as stragg_ddp
 from .._registration import BACKEND_NAME
 from . import missing
-from ._report import PeriodicReport
+from ._report import PeriodicReport, ReportAccess
 
 logger = logging.getLogger("stragg")
 
@@ -155,7 +155,7 @@ def _make_callback(namespace: str) -> type:
     """The straggler-report callback of one Lightning namespace."""
     callback_base = importlib.import_module(namespace).Callback
 
-    class StragglerReportCallback(callback_base):  # type: ignore[misc, valid-type]
+    class StragglerReportCallback(ReportAccess, callback_base):  # type: ignore[misc, valid-type]
         """Logs per-rank lateness and the straggler verdict every ``every_n_steps`` steps.
 
         Every ``every_n_steps`` optimizer steps it takes ``stragg.straggler_report(group)`` and
@@ -179,14 +179,6 @@ def _make_callback(namespace: str) -> type:
             self._periodic = PeriodicReport(
                 "StragglerReportCallback", every_n_steps, group, sync
             )
-
-        @property
-        def history(self) -> list[tuple[int, dict[str, float]]]:
-            return self._periodic.history
-
-        @property
-        def last_report(self) -> Any:
-            return self._periodic.last_report
 
         def _group(self, trainer: Any) -> dist.ProcessGroup | None:
             if self._periodic.group is not None:
@@ -214,20 +206,7 @@ _CALLBACKS: dict[str, type] = {}
 def callback_class(namespace: str = "") -> type:
     """StragglerReportCallback for ``"pytorch_lightning"`` or ``"lightning.pytorch"`` (default:
     the first installed)."""
-    for name in (namespace,) if namespace else _NAMESPACES:
-        if name in _CALLBACKS:
-            return _CALLBACKS[name]
-        try:
-            cls = _make_callback(name)
-        except ImportError:
-            continue
-        unique = f"StragglerReportCallback__{name.replace('.', '_')}"
-        cls.__name__ = cls.__qualname__ = unique
-        cls.__module__ = __name__
-        globals()[unique] = cls
-        _CALLBACKS[name] = cls
-        return cls
-    raise missing("lightning", "pytorch-lightning (or lightning)")
+    return _for_namespace(_CALLBACKS, _make_callback, namespace)
 
 
 _CLASSES: dict[str, tuple[type, type]] = {}
@@ -236,24 +215,28 @@ _CLASSES: dict[str, tuple[type, type]] = {}
 def strategy_classes(namespace: str = "") -> tuple[type, type]:
     """(DDPStraggStrategy, DDPStraggHookStrategy) for ``"pytorch_lightning"`` or
     ``"lightning.pytorch"`` (default: the first installed)."""
-    names = (namespace,) if namespace else _NAMESPACES
-    for name in names:
-        if name in _CLASSES:
-            return _CLASSES[name]
+    return _for_namespace(_CLASSES, _make_classes, namespace)
+
+
+def _for_namespace(cache: dict[str, Any], make: Any, namespace: str) -> Any:
+    """What `make` builds (a class or a tuple of classes) for `namespace`, else for the first
+    Lightning namespace installed; cached. Each class gets an importable name (pickling for
+    spawn-started ranks): <Class>__<namespace with _> in this module."""
+    for name in (namespace,) if namespace else _NAMESPACES:
+        if name in cache:
+            return cache[name]
         try:
-            classes = _make_classes(name)
+            made = make(name)
         except ImportError:
             continue
-        # Importable names (pickling for spawn-started ranks): DDPStraggStrategy is the default
-        # namespace's class; every namespace's is also <Class>__<namespace with _>.
-        for cls in classes:
+        for cls in made if isinstance(made, tuple) else (made,):
             base = cls.__name__.split("__")[0]
             unique = f"{base}__{name.replace('.', '_')}"
             cls.__name__ = cls.__qualname__ = unique
             cls.__module__ = __name__
             globals()[unique] = cls
-        _CLASSES[name] = classes
-        return classes
+        cache[name] = made
+        return made
     raise missing("lightning", "pytorch-lightning (or lightning)")
 
 
