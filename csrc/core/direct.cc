@@ -29,18 +29,12 @@ void append_ag_round(Schedule& s, int phase) {
   }
 }
 
-std::vector<int> iota_vec(int n) {
-  std::vector<int> v(n);
-  std::iota(v.begin(), v.end(), 0);
-  return v;
-}
-
 }  // namespace
 
 Schedule direct_reduce_scatter(int n) {
   Schedule s = Schedule::make("direct", Collective::kReduceScatter, n, n);
   s.phases = {"reduce_scatter"};
-  s.chunk_owner = iota_vec(n);
+  s.chunk_owner = detail::iota_vec(n);
   append_rs_round(s, 0);
   return s;
 }
@@ -48,7 +42,7 @@ Schedule direct_reduce_scatter(int n) {
 Schedule direct_allgather(int n) {
   Schedule s = Schedule::make("direct", Collective::kAllGather, n, n);
   s.phases = {"allgather"};
-  s.chunk_owner = iota_vec(n);
+  s.chunk_owner = detail::iota_vec(n);
   append_ag_round(s, 0);
   return s;
 }

@@ -101,6 +101,8 @@ Schedule build(const std::string& algo, int n, const std::string& params_json = 
 std::vector<std::string> algorithm_names();
 
 namespace detail {
+// 0, 1, ..., n-1.
+std::vector<int> iota_vec(int n);
 // Appends a ring reduce-scatter among `ranks` over chunk runs `chunks[i]` (one per rank, count
 // each): afterwards ranks[g] holds the reduced chunk run chunks[g].
 void append_ring_reduce_scatter(Schedule& s, const std::vector<int>& ranks,

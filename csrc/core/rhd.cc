@@ -55,12 +55,6 @@ void append_doubling(Schedule& s, const std::vector<int>& ranks, int phase) {
   }
 }
 
-std::vector<int> iota_vec(int n) {
-  std::vector<int> v(n);
-  std::iota(v.begin(), v.end(), 0);
-  return v;
-}
-
 void require_pow2(int n, const char* what) {
   if (!detail::is_pow2(n))
     throw ScheduleError(std::string("rhd ") + what + ": needs a power-of-2 n, got " +
@@ -74,7 +68,7 @@ Schedule rhd_reduce_scatter(int n) {
   Schedule s = Schedule::make("rhd", Collective::kReduceScatter, n, n);
   s.phases = {"reduce_scatter"};
   for (int v = 0; v < n; ++v) s.chunk_owner[bit_reverse(v, detail::ceil_log2(n))] = v;
-  append_halving(s, iota_vec(n), 0);
+  append_halving(s, detail::iota_vec(n), 0);
   return s;
 }
 
@@ -83,7 +77,7 @@ Schedule rhd_allgather(int n) {
   Schedule s = Schedule::make("rhd", Collective::kAllGather, n, n);
   s.phases = {"allgather"};
   for (int v = 0; v < n; ++v) s.chunk_owner[bit_reverse(v, detail::ceil_log2(n))] = v;
-  append_doubling(s, iota_vec(n), 0);
+  append_doubling(s, detail::iota_vec(n), 0);
   return s;
 }
 

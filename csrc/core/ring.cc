@@ -45,37 +45,35 @@ void append_ring_allgather(Schedule& s, const std::vector<int>& ranks,
   }
 }
 
-}  // namespace detail
-
-namespace {
 std::vector<int> iota_vec(int n) {
   std::vector<int> v(n);
   std::iota(v.begin(), v.end(), 0);
   return v;
 }
-}  // namespace
+
+}  // namespace detail
 
 Schedule ring_reduce_scatter(int n) {
   Schedule s = Schedule::make("ring", Collective::kReduceScatter, n, n);
   s.phases = {"reduce_scatter"};
-  s.chunk_owner = iota_vec(n);
-  detail::append_ring_reduce_scatter(s, iota_vec(n), iota_vec(n), 1, 0, false);
+  s.chunk_owner = detail::iota_vec(n);
+  detail::append_ring_reduce_scatter(s, detail::iota_vec(n), detail::iota_vec(n), 1, 0, false);
   return s;
 }
 
 Schedule ring_allgather(int n) {
   Schedule s = Schedule::make("ring", Collective::kAllGather, n, n);
   s.phases = {"allgather"};
-  s.chunk_owner = iota_vec(n);
-  detail::append_ring_allgather(s, iota_vec(n), iota_vec(n), 1, 0, false);
+  s.chunk_owner = detail::iota_vec(n);
+  detail::append_ring_allgather(s, detail::iota_vec(n), detail::iota_vec(n), 1, 0, false);
   return s;
 }
 
 Schedule ring_allreduce(int n) {
   Schedule s = Schedule::make("ring", Collective::kAllReduce, n, n);
   s.phases = {"reduce_scatter", "allgather"};
-  detail::append_ring_reduce_scatter(s, iota_vec(n), iota_vec(n), 1, 0, false);
-  detail::append_ring_allgather(s, iota_vec(n), iota_vec(n), 1, 1, false);
+  detail::append_ring_reduce_scatter(s, detail::iota_vec(n), detail::iota_vec(n), 1, 0, false);
+  detail::append_ring_allgather(s, detail::iota_vec(n), detail::iota_vec(n), 1, 1, false);
   return s;
 }
 
