@@ -218,7 +218,7 @@ TEST(Session, ProfilerFindsAPersistentStraggler) {
     Session session(rdv, options(r, n, s));
     std::vector<float> b(1 << 18, 1.0f);
     for (int call = 0; call < 24; ++call) {
-      if (r == 1) std::this_thread::sleep_for(std::chrono::milliseconds(30));
+      if (r == 1) std::this_thread::sleep_for(std::chrono::milliseconds(100));
       EXPECT_EQ(submit(session, b.data(), b.size(), DType::Float32).get(), nullptr);
     }
     bool enabled = false;
