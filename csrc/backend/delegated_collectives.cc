@@ -6,32 +6,81 @@
 #include "backend/delegated_work.h"
 #include "backend/stragg_backend.h"
 
+#include <mutex>
+#include <set>
+#include <string>
+
 namespace stragg {
 
+namespace {
+
+std::vector<at::Tensor> flatten(const std::vector<std::vector<at::Tensor>>& lists) {
+  std::vector<at::Tensor> out;
+  for (const auto& l : lists) out.insert(out.end(), l.begin(), l.end());
+  return out;
+}
+
+// "send 0->1" / "recv 1<-0" (group ranks), as torch's flight recorder names point-to-point
+// operations; the strings live as long as the process (a handful per group size).
+const char* p2p_name(const char* op, int self, const char* arrow, int peer) {
+  static std::mutex mu;
+  static std::set<std::string> names;
+  std::lock_guard<std::mutex> lock(mu);
+  return names.insert(std::string(op) + " " + std::to_string(self) + arrow + std::to_string(peer))
+      .first->c_str();
+}
+
+}  // namespace
+
 c10::intrusive_ptr<c10d::Work> StraggBackend::delegated(c10::intrusive_ptr<c10d::Work> inner,
-                                                        const char* op) {
+                                                        const char* op,
+                                                        const std::vector<at::Tensor>& inputs,
+                                                        const std::vector<at::Tensor>& outputs,
+                                                        bool is_p2p) {
   Session* session = session_.get();
+  if (!fr_group_) {
+    return c10::make_intrusive<DelegatedWork>(
+        std::move(inner), getRank(), op, [session] { return session->failure(); },
+        [session](const std::string& cause) {
+          if (!session->failure()) session->abort(cause);
+        });
+  }
+  // Flight recorder: the entry ends with the inner Work's future (works without one, Gloo's
+  // send/recv, stay "scheduled"); a failure seen by wait() writes the dump.
+  const int64_t fr_id = fr_record(op, inputs, outputs, timeout_, is_p2p);
+  try {
+    inner->getFuture()->addCallback([fr_id](c10::ivalue::Future& f) {
+      FlightRecorder::get().finished(fr_id, f.hasError() ? f.tryRetrieveErrorMessage() : "");
+    });
+  } catch (const c10::Error&) {
+    // no future: nothing to watch
+  }
+  std::shared_ptr<FrGroup> group = fr_group_;
   return c10::make_intrusive<DelegatedWork>(
       std::move(inner), getRank(), op, [session] { return session->failure(); },
-      [session](const std::string& cause) {
+      [session, group](const std::string& cause) {
+        FlightRecorder::get().on_failure(group, cause);
         if (!session->failure()) session->abort(cause);
       });
 }
 
 c10::intrusive_ptr<c10d::Work> StraggBackend::broadcast(std::vector<at::Tensor>& tensors,
                                                         const c10d::BroadcastOptions& opts) {
-  return delegated(inner_for(tensors, "broadcast").broadcast(tensors, opts), "broadcast");
+  return delegated(inner_for(tensors, "broadcast").broadcast(tensors, opts), "broadcast",
+                   tensors, tensors);
 }
 
 c10::intrusive_ptr<c10d::Work> StraggBackend::reduce(std::vector<at::Tensor>& tensors,
                                                      const c10d::ReduceOptions& opts) {
-  return delegated(inner_for(tensors, "reduce").reduce(tensors, opts), "reduce");
+  return delegated(inner_for(tensors, "reduce").reduce(tensors, opts), "reduce", tensors,
+                   tensors);
 }
 
 c10::intrusive_ptr<c10d::Work> StraggBackend::allgather(
     std::vector<std::vector<at::Tensor>>& outputs, std::vector<at::Tensor>& inputs,
     const c10d::AllgatherOptions& opts) {
-  return delegated(inner_for(inputs, "all_gather").allgather(outputs, inputs, opts), "all_gather");
+  return delegated(inner_for(inputs, "all_gather").allgather(outputs, inputs, opts),
+                   "all_gather", inputs, flatten(outputs));
 }
 
 c10::intrusive_ptr<c10d::Work> StraggBackend::_allgather_base(at::Tensor& output,
@@ -39,7 +88,7 @@ c10::intrusive_ptr<c10d::Work> StraggBackend::_allgather_base(at::Tensor& output
                                                               const c10d::AllgatherOptions& opts) {
   return delegated(inner_for(input.device().type(), "all_gather_into_tensor")
                        ._allgather_base(output, input, opts),
-                   "all_gather_into_tensor");
+                   "all_gather_into_tensor", {input}, {output});
 }
 
 c10::intrusive_ptr<c10d::Work> StraggBackend::allgather_coalesced(
@@ -47,7 +96,7 @@ c10::intrusive_ptr<c10d::Work> StraggBackend::allgather_coalesced(
     const c10d::AllgatherOptions& opts) {
   return delegated(
       inner_for(inputs, "all_gather_coalesced").allgather_coalesced(outputs, inputs, opts),
-      "all_gather_coalesced");
+      "all_gather_coalesced", inputs, flatten(outputs));
 }
 
 c10::intrusive_ptr<c10d::Work> StraggBackend::allgather_into_tensor_coalesced(
@@ -55,33 +104,35 @@ c10::intrusive_ptr<c10d::Work> StraggBackend::allgather_into_tensor_coalesced(
     const c10d::AllgatherOptions& opts) {
   return delegated(inner_for(inputs, "all_gather_into_tensor_coalesced")
                        .allgather_into_tensor_coalesced(outputs, inputs, opts),
-                   "all_gather_into_tensor_coalesced");
+                   "all_gather_into_tensor_coalesced", inputs, outputs);
 }
 
 c10::intrusive_ptr<c10d::Work> StraggBackend::gather(
     std::vector<std::vector<at::Tensor>>& outputs, std::vector<at::Tensor>& inputs,
     const c10d::GatherOptions& opts) {
-  return delegated(inner_for(inputs, "gather").gather(outputs, inputs, opts), "gather");
+  return delegated(inner_for(inputs, "gather").gather(outputs, inputs, opts), "gather", inputs,
+                   flatten(outputs));
 }
 
 c10::intrusive_ptr<c10d::Work> StraggBackend::scatter(
     std::vector<at::Tensor>& outputs, std::vector<std::vector<at::Tensor>>& inputs,
     const c10d::ScatterOptions& opts) {
-  return delegated(inner_for(outputs, "scatter").scatter(outputs, inputs, opts), "scatter");
+  return delegated(inner_for(outputs, "scatter").scatter(outputs, inputs, opts), "scatter",
+                   flatten(inputs), outputs);
 }
 
 c10::intrusive_ptr<c10d::Work> StraggBackend::reduce_scatter(
     std::vector<at::Tensor>& outputs, std::vector<std::vector<at::Tensor>>& inputs,
     const c10d::ReduceScatterOptions& opts) {
   return delegated(inner_for(outputs, "reduce_scatter").reduce_scatter(outputs, inputs, opts),
-                   "reduce_scatter");
+                   "reduce_scatter", flatten(inputs), outputs);
 }
 
 c10::intrusive_ptr<c10d::Work> StraggBackend::_reduce_scatter_base(
     at::Tensor& output, at::Tensor& input, const c10d::ReduceScatterOptions& opts) {
   return delegated(inner_for(input.device().type(), "reduce_scatter_tensor")
                        ._reduce_scatter_base(output, input, opts),
-                   "reduce_scatter_tensor");
+                   "reduce_scatter_tensor", {input}, {output});
 }
 
 c10::intrusive_ptr<c10d::Work> StraggBackend::reduce_scatter_tensor_coalesced(
@@ -89,7 +140,7 @@ c10::intrusive_ptr<c10d::Work> StraggBackend::reduce_scatter_tensor_coalesced(
     const c10d::ReduceScatterOptions& opts) {
   return delegated(inner_for(inputs, "reduce_scatter_tensor_coalesced")
                        .reduce_scatter_tensor_coalesced(outputs, inputs, opts),
-                   "reduce_scatter_tensor_coalesced");
+                   "reduce_scatter_tensor_coalesced", inputs, outputs);
 }
 
 c10::intrusive_ptr<c10d::Work> StraggBackend::alltoall_base(
@@ -97,28 +148,32 @@ c10::intrusive_ptr<c10d::Work> StraggBackend::alltoall_base(
     std::vector<int64_t>& input_split_sizes, const c10d::AllToAllOptions& opts) {
   return delegated(inner_for(input.device().type(), "all_to_all_single")
                        .alltoall_base(output, input, output_split_sizes, input_split_sizes, opts),
-                   "all_to_all_single");
+                   "all_to_all_single", {input}, {output});
 }
 
 c10::intrusive_ptr<c10d::Work> StraggBackend::alltoall(std::vector<at::Tensor>& outputs,
                                                        std::vector<at::Tensor>& inputs,
                                                        const c10d::AllToAllOptions& opts) {
-  return delegated(inner_for(inputs, "all_to_all").alltoall(outputs, inputs, opts), "all_to_all");
+  return delegated(inner_for(inputs, "all_to_all").alltoall(outputs, inputs, opts),
+                   "all_to_all", inputs, outputs);
 }
 
 c10::intrusive_ptr<c10d::Work> StraggBackend::send(std::vector<at::Tensor>& tensors, int dst_rank,
                                                    int tag) {
-  return delegated(inner_for(tensors, "send").send(tensors, dst_rank, tag), "send");
+  return delegated(inner_for(tensors, "send").send(tensors, dst_rank, tag),
+                   p2p_name("send", getRank(), "->", dst_rank), tensors, tensors, true);
 }
 
 c10::intrusive_ptr<c10d::Work> StraggBackend::recv(std::vector<at::Tensor>& tensors, int src_rank,
                                                    int tag) {
-  return delegated(inner_for(tensors, "recv").recv(tensors, src_rank, tag), "recv");
+  return delegated(inner_for(tensors, "recv").recv(tensors, src_rank, tag),
+                   p2p_name("recv", getRank(), "<-", src_rank), tensors, tensors, true);
 }
 
 c10::intrusive_ptr<c10d::Work> StraggBackend::recvAnysource(std::vector<at::Tensor>& tensors,
                                                             int tag) {
-  return delegated(inner_for(tensors, "recv").recvAnysource(tensors, tag), "recv");
+  return delegated(inner_for(tensors, "recv").recvAnysource(tensors, tag), "recv",
+                   tensors, tensors, true);
 }
 
 void StraggBackend::monitoredBarrier(const c10d::BarrierOptions& opts, bool wait_all_ranks) {
