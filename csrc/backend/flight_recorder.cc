@@ -318,7 +318,9 @@ std::string FlightRecorder::merge_dump(const std::string& torch_dump, bool inclu
                  static_cast<double>(e.time_completed_ns - e.time_created_ns) / 1e6);
       }
       c10::impl::GenericDict extra = new_dict();
-      extra.insert(std::string("call"), e.call_seq);
+      // The session's call number ("all_reduce #N" in stragg's messages; unknown for a call
+      // that failed before submit returned, whose error names it).
+      if (e.call_seq >= 0) extra.insert(std::string("call"), e.call_seq);
       if (!e.error.empty()) extra.insert(std::string("error"), e.error);
       auto g = calls.find(e.group.get());
       if (g != calls.end() && e.call_seq >= 0) {

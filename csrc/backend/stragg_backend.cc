@@ -200,10 +200,18 @@ c10::intrusive_ptr<c10d::Work> StraggBackend::barrier(const c10d::BarrierOptions
     auto work = c10::make_intrusive<StraggWork>(getRank(), c10d::OpType::BARRIER, title,
                                                 std::vector<at::Tensor>{});
     const auto timeout = effective_timeout(opts.timeout);
-    const int64_t fr_id = fr_group_ ? fr_record("barrier", {}, {}, timeout) : -1;
+    if (!fr_group_) {
+      rethrow_as_dist_error([&] {
+        session_->barrier(timeout, [work](std::exception_ptr error) {
+          work->complete(to_dist_error(error));
+        });
+      });
+      return work;
+    }
+    const int64_t fr_id = fr_record("barrier", {}, {}, timeout);
     rethrow_as_dist_error([&] {
       session_->barrier(timeout, [this, work, fr_id](std::exception_ptr error) {
-        if (fr_id >= 0) fr_finished(fr_id, error);
+        fr_finished(fr_id, error);
         work->complete(to_dist_error(error));
       });
     });
