@@ -83,6 +83,37 @@ def test_dump_includes_stragg_collectives() -> None:
         assert all(e["process_group"][0] != "" for e in dump["entries"]), dump["entries"]
 
 
+def analyzed_worker(rank: int, ws: int, trace_dir: str) -> None:
+    x = torch.ones(16)
+    dist.all_reduce(x)
+    dist.broadcast(x, 0)
+    dist.all_gather([torch.empty(16) for _ in range(ws)], x)
+    dist.all_gather_into_tensor(torch.empty(16 * ws), x)
+    dist.reduce_scatter_tensor(torch.empty(4), torch.ones(4 * ws))
+    dist.reduce_scatter(torch.empty(4), [torch.ones(4) for _ in range(ws)])
+    dist.reduce(x, 0)
+    dist.barrier()
+    dist.all_reduce_coalesced([torch.ones(3), torch.ones(5)])
+    dist.all_reduce(torch.ones(7, dtype=torch.float64))
+    from stragg import _flight_recorder
+
+    with open(os.path.join(trace_dir, f"fr_{rank}"), "wb") as fh:
+        fh.write(_flight_recorder.dump())
+
+
+def test_the_analyzer_matches_every_collective_of_a_healthy_run() -> None:
+    with tempfile.TemporaryDirectory(prefix="stragg-fr-") as trace_dir:
+        h.run_ranks(4, analyzed_worker, trace_dir, env={"TORCH_FR_BUFFER_SIZE": "2000"},
+                    timeout_s=150)
+        # Nothing reported; with -v, the 10 collectives listed, each matched on the 4 ranks.
+        quiet = _analyze(trace_dir)
+        assert "has errors" not in quiet and "Not all ranks joining" not in quiet, quiet
+        assert "Traceback" not in quiet, quiet
+        out = _analyze(trace_dir, "-v")
+        assert out.count("Collective(id=") == 10, out
+        assert out.count("pass_check=True") == 10, out
+
+
 def off_worker(rank: int, ws: int) -> dict[str, Any]:
     dist.all_reduce(torch.ones(8))
     dist.barrier()

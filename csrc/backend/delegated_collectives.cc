@@ -14,9 +14,18 @@ namespace stragg {
 
 namespace {
 
+// What the flight recorder records for a list of tensors per rank (all_gather's outputs,
+// reduce_scatter's inputs): one tensor shaped like their stack, [n, *shape] (as torch's Gloo
+// records them, and as torch's analyzer checks their numel against the group size).
 std::vector<at::Tensor> flatten(const std::vector<std::vector<at::Tensor>>& lists) {
   std::vector<at::Tensor> out;
-  for (const auto& l : lists) out.insert(out.end(), l.begin(), l.end());
+  if (!FlightRecorder::get().enabled()) return out;
+  for (const auto& l : lists) {
+    if (l.empty()) continue;
+    std::vector<int64_t> shape{static_cast<int64_t>(l.size())};
+    for (int64_t d : l[0].sizes()) shape.push_back(d);
+    out.push_back(at::empty(shape, l[0].options().device(at::kMeta)));
+  }
   return out;
 }
 
@@ -61,7 +70,8 @@ c10::intrusive_ptr<c10d::Work> StraggBackend::delegated(c10::intrusive_ptr<c10d:
       [session, group](const std::string& cause) {
         FlightRecorder::get().on_failure(group, cause);
         if (!session->failure()) session->abort(cause);
-      });
+      },
+      [fr_id] { FlightRecorder::get().finished(fr_id, ""); });
 }
 
 c10::intrusive_ptr<c10d::Work> StraggBackend::broadcast(std::vector<at::Tensor>& tensors,

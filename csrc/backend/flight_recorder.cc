@@ -379,7 +379,7 @@ std::string fr_profiling_name(const char* op) {
       {"broadcast", "broadcast"},
       {"reduce", "reduce"},
       {"all_gather", "all_gather"},
-      {"all_gather_into_tensor", "_all_gather_base"},
+      {"all_gather_into_tensor", "all_gather"},  // as torch's Gloo names it
       {"all_gather_coalesced", "ALLGATHER_coalesced"},
       {"all_gather_into_tensor_coalesced", "all_gather_into_tensor_coalesced"},
       {"gather", "gather"},
