@@ -6,8 +6,6 @@
 #include "backend/delegated_work.h"
 #include "backend/stragg_backend.h"
 
-#include <mutex>
-#include <set>
 #include <string>
 
 namespace stragg {
@@ -29,16 +27,6 @@ std::vector<at::Tensor> flatten(const std::vector<std::vector<at::Tensor>>& list
   return out;
 }
 
-// "send 0->1" / "recv 1<-0" (group ranks), as torch's flight recorder names point-to-point
-// operations; the strings live as long as the process (a handful per group size).
-const char* p2p_name(const char* op, int self, const char* arrow, int peer) {
-  static std::mutex mu;
-  static std::set<std::string> names;
-  std::lock_guard<std::mutex> lock(mu);
-  return names.insert(std::string(op) + " " + std::to_string(self) + arrow + std::to_string(peer))
-      .first->c_str();
-}
-
 }  // namespace
 
 c10::intrusive_ptr<c10d::Work> StraggBackend::delegated(c10::intrusive_ptr<c10d::Work> inner,
@@ -54,9 +42,11 @@ c10::intrusive_ptr<c10d::Work> StraggBackend::delegated(c10::intrusive_ptr<c10d:
           if (!session->failure()) session->abort(cause);
         });
   }
-  // Flight recorder: the entry ends with the inner Work's future (works without one, Gloo's
-  // send/recv, stay "scheduled"); a failure seen by wait() writes the dump.
-  const int64_t fr_id = fr_record(op, inputs, outputs, timeout_, is_p2p);
+  // Flight recorder: the entry ends with the inner Work's future or wait(); a failure seen by
+  // wait() writes the dump. Point-to-point operations are not recorded (as torch's Gloo does
+  // not): torch's analyzer matches them by collective sequence number, and send/recv between
+  // disjoint pairs of ranks then read as mismatches. Their failure still writes the dump.
+  const int64_t fr_id = is_p2p ? -1 : fr_record(op, inputs, outputs, timeout_, false);
   try {
     inner->getFuture()->addCallback([fr_id](c10::ivalue::Future& f) {
       FlightRecorder::get().finished(fr_id, f.hasError() ? f.tryRetrieveErrorMessage() : "");
@@ -66,8 +56,17 @@ c10::intrusive_ptr<c10d::Work> StraggBackend::delegated(c10::intrusive_ptr<c10d:
   }
   std::shared_ptr<FrGroup> group = fr_group_;
   return c10::make_intrusive<DelegatedWork>(
-      std::move(inner), getRank(), op, [session] { return session->failure(); },
-      [session, group](const std::string& cause) {
+      std::move(inner), getRank(), op,
+      [session, group, fr_id] {
+        auto why = session->failure();  // the group aborted while it ran: dump too
+        if (why) {
+          FlightRecorder::get().finished(fr_id, *why);
+          FlightRecorder::get().on_failure(group, *why);
+        }
+        return why;
+      },
+      [session, group, fr_id](const std::string& cause) {
+        FlightRecorder::get().finished(fr_id, cause);
         FlightRecorder::get().on_failure(group, cause);
         if (!session->failure()) session->abort(cause);
       },
@@ -170,14 +169,14 @@ c10::intrusive_ptr<c10d::Work> StraggBackend::alltoall(std::vector<at::Tensor>& 
 
 c10::intrusive_ptr<c10d::Work> StraggBackend::send(std::vector<at::Tensor>& tensors, int dst_rank,
                                                    int tag) {
-  return delegated(inner_for(tensors, "send").send(tensors, dst_rank, tag),
-                   p2p_name("send", getRank(), "->", dst_rank), tensors, tensors, true);
+  return delegated(inner_for(tensors, "send").send(tensors, dst_rank, tag), "send", tensors,
+                   tensors, true);
 }
 
 c10::intrusive_ptr<c10d::Work> StraggBackend::recv(std::vector<at::Tensor>& tensors, int src_rank,
                                                    int tag) {
-  return delegated(inner_for(tensors, "recv").recv(tensors, src_rank, tag),
-                   p2p_name("recv", getRank(), "<-", src_rank), tensors, tensors, true);
+  return delegated(inner_for(tensors, "recv").recv(tensors, src_rank, tag), "recv", tensors,
+                   tensors, true);
 }
 
 c10::intrusive_ptr<c10d::Work> StraggBackend::recvAnysource(std::vector<at::Tensor>& tensors,

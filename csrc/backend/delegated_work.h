@@ -15,6 +15,7 @@
 
 #include <chrono>
 #include <condition_variable>
+#include <exception>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -85,6 +86,12 @@ class DelegatedWork final : public c10d::Work {
       return done;
     } catch (const c10::Error& e) {
       const std::string msg = e.msg();
+      on_error_(op_ + " failed: " + msg.substr(0, msg.find('\n')));
+      throw;
+    } catch (const std::exception& e) {
+      // Gloo rethrows its transport's own errors (gloo::IoException: a peer's connection
+      // closed), which are no c10::Error.
+      const std::string msg = e.what();
       on_error_(op_ + " failed: " + msg.substr(0, msg.find('\n')));
       throw;
     }
