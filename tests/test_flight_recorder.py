@@ -114,6 +114,19 @@ def test_the_analyzer_matches_every_collective_of_a_healthy_run() -> None:
         assert out.count("pass_check=True") == 10, out
 
 
+def ring_worker(rank: int, ws: int) -> list[tuple[int, int, list[list[int]]]]:
+    for n in range(1, 6):
+        dist.all_reduce(torch.ones(n))
+    return [(e["record_id"], e["collective_seq_id"], e["input_sizes"])
+            for e in _stragg_entries(_dump())]
+
+
+def test_the_buffer_keeps_the_last_entries() -> None:
+    run = h.run_ranks(2, ring_worker, env={"TORCH_FR_BUFFER_SIZE": "3"}, timeout_s=150)
+    for v in run.values():
+        assert v == [(2, 3, [[3]]), (3, 4, [[4]]), (4, 5, [[5]])], v
+
+
 def off_worker(rank: int, ws: int) -> dict[str, Any]:
     dist.all_reduce(torch.ones(8))
     dist.barrier()
