@@ -291,7 +291,8 @@ std::string FlightRecorder::merge_dump(const std::string& torch_dump, bool inclu
       d.insert(std::string("record_id"), e.id);
       d.insert(std::string("pg_id"), e.group->pg_id);
       d.insert(std::string("process_group"),
-               c10::ivalue::Tuple::create({c10::IValue(e.group->name), c10::IValue(descs[e.group.get()])}));
+               c10::ivalue::Tuple::create(
+                   {c10::IValue(e.group->name), c10::IValue(descs[e.group.get()])}));
       d.insert(std::string("thread_name"), std::string("stragg"));
       d.insert(std::string("thread_id"), e.thread_id);
       d.insert(std::string("collective_seq_id"), e.collective_seq_id);
