@@ -15,6 +15,7 @@
 
 #include <chrono>
 #include <condition_variable>
+#include <exception>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -30,13 +31,15 @@ class DelegatedWork final : public c10d::Work {
   // Aborts the group with this cause.
   using OnError = std::function<void(const std::string& cause)>;
 
+  // `on_success` (optional) runs when wait() returns without an error (the flight recorder).
   DelegatedWork(c10::intrusive_ptr<c10d::Work> inner, int rank, std::string op, Failure failure,
-                OnError on_error)
+                OnError on_error, std::function<void()> on_success = nullptr)
       : c10d::Work(rank, inner->retrieveOpType()),
         inner_(std::move(inner)),
         op_(std::move(op)),
         failure_(std::move(failure)),
         on_error_(std::move(on_error)),
+        on_success_(std::move(on_success)),
         wake_(std::make_shared<Wake>()) {
     try {
       // Wakes wait() when the inner collective completes (works without a future are polled).
@@ -76,10 +79,19 @@ class DelegatedWork final : public c10d::Work {
       wake_->cv.wait_for(lock, kPoll, [&] { return wake_->done; });
     }
     try {
-      if (!has_future_) return inner_->wait(timeout);
-      return inner_->wait(bounded ? std::chrono::milliseconds(1) : ::kNoTimeout);
+      const bool done = !has_future_
+                            ? inner_->wait(timeout)
+                            : inner_->wait(bounded ? std::chrono::milliseconds(1) : ::kNoTimeout);
+      if (done && on_success_) on_success_();
+      return done;
     } catch (const c10::Error& e) {
       const std::string msg = e.msg();
+      on_error_(op_ + " failed: " + msg.substr(0, msg.find('\n')));
+      throw;
+    } catch (const std::exception& e) {
+      // Gloo rethrows its transport's own errors (gloo::IoException: a peer's connection
+      // closed), which are no c10::Error.
+      const std::string msg = e.what();
       on_error_(op_ + " failed: " + msg.substr(0, msg.find('\n')));
       throw;
     }
@@ -97,6 +109,7 @@ class DelegatedWork final : public c10d::Work {
   std::string op_;
   Failure failure_;
   OnError on_error_;
+  std::function<void()> on_success_;
   std::shared_ptr<Wake> wake_;
   bool has_future_ = false;  // else wait() is the inner one's (no abort checks while it runs)
 };

@@ -172,6 +172,22 @@ PYBIND11_MODULE(_C, m) {
 #else
   m.attr("cuda_allreduce_compiled") = false;  // CUDA all_reduce is always delegated to NCCL
 #endif
+  // Flight recorder (backend/flight_recorder.h).
+  m.def("_fr_enabled", [] { return stragg::FlightRecorder::get().enabled(); });
+  m.def("_fr_size", [] { return stragg::FlightRecorder::get().size(); });
+  m.def(
+      "_fr_merge_dump",
+      [](const py::bytes& torch_dump, bool include_collectives, bool only_active) {
+        std::string in = torch_dump;
+        std::string out;
+        {
+          py::gil_scoped_release no_gil;
+          out = stragg::FlightRecorder::get().merge_dump(in, include_collectives, only_active);
+        }
+        return py::bytes(out);
+      },
+      py::arg("torch_dump"), py::arg("include_collectives") = true,
+      py::arg("only_active") = false);
   using stragg::StraggBackend;
   py::class_<StraggBackend, c10d::Backend, c10::intrusive_ptr<StraggBackend>>(m, "StraggBackend")
       .def(py::init([](const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
@@ -192,6 +208,8 @@ PYBIND11_MODULE(_C, m) {
            py::arg("group_name"), py::arg("settings"), py::arg("store_host") = "",
            py::arg("store_description") = "", py::arg("store_hosted_by_rank0") = false)
       .def("_attach_inner", &StraggBackend::attach_inner, py::arg("device"), py::arg("backend"))
+      .def("_set_flight_recorder_ranks", &StraggBackend::set_flight_recorder_ranks,
+           py::arg("global_ranks"))
       .def_property_readonly("transport",
                              [](const StraggBackend& b) { return b.session().transport_name(); })
       .def_property_readonly("algorithm",

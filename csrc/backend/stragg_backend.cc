@@ -5,6 +5,9 @@
 #include <c10/util/Exception.h>
 #include <c10/util/Logging.h>
 
+#include <cstdlib>
+#include <functional>
+
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 
 #ifdef STRAGG_BACKEND_CUDA
@@ -37,8 +40,23 @@ StraggBackend::StraggBackend(const c10::intrusive_ptr<c10d::Store>& store, int r
 #ifdef STRAGG_BACKEND_CUDA
   const std::string cuda_mode = o.settings.cuda_allreduce;
 #endif
+  const std::string name = o.group_name;
   StoreRendezvous rdv(store, store_info.description, store_info.hosted_by_rank0);
   rethrow_as_dist_error([&] { session_ = std::make_unique<Session>(rdv, o); });
+  if (FlightRecorder::get().enabled()) {
+    fr_group_ = std::make_shared<FrGroup>();
+    fr_group_->name = name;
+    char* end = nullptr;
+    const long long id = std::strtoll(name.c_str(), &end, 10);
+    fr_group_->pg_id = (end != name.c_str() && *end == '\0')
+                           ? id
+                           : static_cast<int64_t>(std::hash<std::string>{}(name) & 0x7fffffff);
+    for (int r = 0; r < size; ++r) fr_group_->global_ranks.push_back(r);
+    fr_group_->global_rank = rank;
+    Session* session = session_.get();
+    fr_group_->recent_calls = [session] { return session->recent_calls(); };
+    FlightRecorder::get().add_group(fr_group_);
+  }
 #ifdef STRAGG_BACKEND_CUDA
   if (cuda_mode == "stragg") {
     CudaAllreduceConfig cuda;
@@ -54,6 +72,7 @@ StraggBackend::~StraggBackend() {
   // Calls still queued run to completion (like Gloo); the session's destructor waits for them.
   // The CUDA path's calls run on the session's worker: stop it first.
   if (session_) session_->shutdown("the process group was destroyed");
+  if (fr_group_) FlightRecorder::get().detach_group(fr_group_);
 #ifdef STRAGG_BACKEND_CUDA
   cuda_allreduce_.reset();
 #endif
@@ -180,9 +199,21 @@ c10::intrusive_ptr<c10d::Work> StraggBackend::barrier(const c10d::BarrierOptions
     const char* title = at::hasCallbacks() ? "stragg:barrier" : nullptr;
     auto work = c10::make_intrusive<StraggWork>(getRank(), c10d::OpType::BARRIER, title,
                                                 std::vector<at::Tensor>{});
+    const auto timeout = effective_timeout(opts.timeout);
+    if (!fr_group_) {
+      rethrow_as_dist_error([&] {
+        session_->barrier(timeout, [work](std::exception_ptr error) {
+          work->complete(to_dist_error(error));
+        });
+      });
+      return work;
+    }
+    const int64_t fr_id = fr_record("barrier", {}, {}, timeout);
     rethrow_as_dist_error([&] {
-      session_->barrier(effective_timeout(opts.timeout),
-                        [work](std::exception_ptr error) { work->complete(to_dist_error(error)); });
+      session_->barrier(timeout, [this, work, fr_id](std::exception_ptr error) {
+        fr_finished(fr_id, error);
+        work->complete(to_dist_error(error));
+      });
     });
     return work;
   }
@@ -236,8 +267,9 @@ c10::intrusive_ptr<c10d::Work> StraggBackend::submit_allreduce(
     };
   }
   // The work keeps the buffer (and the user's tensors) alive until the call is done. The closure
-  // holds 16 bytes, which std::function stores without allocating.
-  call.done = [work, rank = getRank()](std::exception_ptr error) {
+  // holds 16 bytes, which std::function stores without allocating (with the flight recorder on:
+  // a second closure, which records the end).
+  auto done = [work, rank = getRank()](std::exception_ptr error) {
     if (!error && work->needs_copy_back()) {
       try {
         copy_back(work->buffer(), work->outputs(), rank);
@@ -247,7 +279,19 @@ c10::intrusive_ptr<c10d::Work> StraggBackend::submit_allreduce(
     }
     work->complete(to_dist_error(error));
   };
-  rethrow_as_dist_error([&] { session_->submit(std::move(call)); });
+  if (!fr_group_) {
+    call.done = std::move(done);
+    rethrow_as_dist_error([&] { session_->submit(std::move(call)); });
+    return work;
+  }
+  const int64_t fr_id = fr_record(name, work->outputs(), work->outputs(), timeout);
+  call.done = [this, fr_id, done](std::exception_ptr error) {
+    fr_finished(fr_id, error);
+    done(error);
+  };
+  uint64_t seq = 0;
+  rethrow_as_dist_error([&] { seq = session_->submit(std::move(call)); });
+  FlightRecorder::get().set_call_seq(fr_id, seq);
   return work;
 }
 
@@ -327,6 +371,45 @@ c10::intrusive_ptr<c10d::Work> StraggBackend::measure_links() {
     });
   });
   return work;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Flight recorder
+
+void StraggBackend::set_flight_recorder_ranks(std::vector<int64_t> global_ranks) {
+  if (!fr_group_) return;
+  TORCH_CHECK(global_ranks.empty() || static_cast<int>(global_ranks.size()) == getSize(),
+              "stragg: rank ", getRank(), ": flight recorder: ", global_ranks.size(),
+              " global ranks for a group of ", getSize());
+  if (!global_ranks.empty()) {
+    fr_group_->global_rank = global_ranks[static_cast<size_t>(getRank())];
+    fr_group_->global_ranks = std::move(global_ranks);
+  }
+}
+
+int64_t StraggBackend::fr_record(const char* op, const std::vector<at::Tensor>& inputs,
+                                 const std::vector<at::Tensor>& outputs,
+                                 std::chrono::milliseconds timeout, bool is_p2p) {
+  return FlightRecorder::get().record(fr_group_, getGroupDesc(), fr_profiling_name(op), inputs,
+                                      outputs, timeout, is_p2p);
+}
+
+void StraggBackend::fr_finished(int64_t id, std::exception_ptr error) {
+  std::string why;
+  if (error) {
+    try {
+      std::rethrow_exception(error);
+    } catch (const c10::Error& e) {
+      why = e.msg();
+    } catch (const std::exception& e) {
+      why = e.what();
+    } catch (...) {
+      why = "unknown error";
+    }
+    if (why.empty()) why = "failed";
+  }
+  FlightRecorder::get().finished(id, why);
+  if (error) FlightRecorder::get().on_failure(fr_group_, why);
 }
 
 void StraggBackend::shutdown() {

@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "backend/flight_recorder.h"
 #include "backend/stragg_work.h"
 #include "plan/settings.h"
 #include "session/session.h"
@@ -119,6 +120,10 @@ class StraggBackend final : public c10d::Backend {
   void shutdown() override;
   void abort() override;
 
+  // The flight recorder's view of this group (flight_recorder.h): its members' global ranks, set
+  // by the Python creator (its description is torch's, getGroupDesc()).
+  void set_flight_recorder_ranks(std::vector<int64_t> global_ranks);
+
  private:
   // One all_reduce of `buffer` (contiguous; results copied into `outputs` when they differ).
   c10::intrusive_ptr<c10d::Work> submit_allreduce(const char* name, c10d::OpType type,
@@ -135,9 +140,21 @@ class StraggBackend final : public c10d::Backend {
   std::chrono::milliseconds effective_timeout(std::chrono::milliseconds requested) const;
   // Wraps an inner backend's Work (delegated_work.h): an abort while it runs, or its failure,
   // fails the whole group.
-  c10::intrusive_ptr<c10d::Work> delegated(c10::intrusive_ptr<c10d::Work> inner, const char* op);
+  // With the recorder on, records it (inputs / outputs: the caller's tensors).
+  c10::intrusive_ptr<c10d::Work> delegated(c10::intrusive_ptr<c10d::Work> inner, const char* op,
+                                           const std::vector<at::Tensor>& inputs = {},
+                                           const std::vector<at::Tensor>& outputs = {},
+                                           bool is_p2p = false);
+
+  // Flight recorder (flight_recorder.h): a new "scheduled" entry (-1 when the recorder is off),
+  // and its end; a failure also writes the dump when TORCH_FR_DUMP_TEMP_FILE is set.
+  int64_t fr_record(const char* op, const std::vector<at::Tensor>& inputs,
+                    const std::vector<at::Tensor>& outputs, std::chrono::milliseconds timeout,
+                    bool is_p2p = false);
+  void fr_finished(int64_t id, std::exception_ptr error);
 
   std::chrono::milliseconds timeout_;
+  std::shared_ptr<FrGroup> fr_group_;  // null when the recorder is off
   std::unique_ptr<Session> session_;
   c10::intrusive_ptr<c10d::Backend> cpu_inner_;
   c10::intrusive_ptr<c10d::Backend> cuda_inner_;

@@ -48,6 +48,12 @@ def _create_backend(dist_opts: Any, backend_opts: Any = None) -> Any:
         store_description=_store_description(underlying),
         store_hosted_by_rank0=_store_hosted_by_rank0(underlying),
     )
+    if _C._fr_enabled():
+        # torch's flight recorder (TORCH_FR_BUFFER_SIZE): stragg's entries in its dumps.
+        from ._flight_recorder import install_dump_hook
+
+        backend._set_flight_recorder_ranks(list(dist_opts.global_ranks_in_group or range(size)))
+        install_dump_hook()
     gloo = dist.ProcessGroupGloo(dist.PrefixStore("gloo" + attempt, store), rank, size, timeout)
     backend._attach_inner("cpu", gloo)
     if torch.cuda.is_available() and dist.is_nccl_available():
