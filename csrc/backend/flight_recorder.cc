@@ -327,7 +327,7 @@ std::string FlightRecorder::merge_dump(const std::string& torch_dump, bool inclu
       if (g != calls.end() && e.call_seq >= 0) {
         auto r = g->second.find(e.call_seq);
         if (r != g->second.end()) {
-          extra.insert(std::string("plan"), r->second.plan);
+          extra.insert(std::string("plan"), r->second.schedule_name);
           extra.insert(std::string("algorithm"), r->second.algorithm);
           extra.insert(std::string("straggler"), static_cast<int64_t>(r->second.straggler));
           extra.insert(std::string("wait_s"), r->second.wait_s);
