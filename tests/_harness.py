@@ -38,6 +38,7 @@ import pickle
 import re
 import shutil
 import signal
+import subprocess
 import socket
 import sys
 import tempfile
@@ -47,6 +48,7 @@ import traceback
 import zlib
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from datetime import timedelta
+from pathlib import Path
 from multiprocessing.connection import Connection
 from multiprocessing.connection import wait as wait_connections
 from typing import Any
@@ -1016,3 +1018,21 @@ def compare(result: torch.Tensor, ref: torch.Tensor, op: str, world_size: int) -
 
 def python_info() -> str:
     return f"python {sys.version.split()[0]}, torch {torch.__version__}"
+
+
+def run_module(
+    tmp_path: Path, *args: str, env: dict[str, str] | None = None, module: str = "stragg.info"
+):
+    """`python -m module *args` from tmp_path (outside the source tree: the installed stragg),
+    without the STRAGG_* settings of this process."""
+    full_env = {k: v for k, v in os.environ.items() if not k.startswith("STRAGG_")}
+    full_env.update(env or {})
+    return subprocess.run(
+        [sys.executable, "-m", module, *args],
+        cwd=tmp_path,  # outside the source tree: the installed stragg
+        env=full_env,
+        capture_output=True,
+        text=True,
+        timeout=180,
+        check=False,
+    )

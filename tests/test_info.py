@@ -9,29 +9,14 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import _harness as h
 import pytest
 
 pytestmark = [pytest.mark.needs_backend, pytest.mark.stragg_only]
 
 
-def _run(
-    tmp_path: Path, *args: str, env: dict[str, str] | None = None, module: str = "stragg.info"
-):
-    full_env = {k: v for k, v in os.environ.items() if not k.startswith("STRAGG_")}
-    full_env.update(env or {})
-    return subprocess.run(
-        [sys.executable, "-m", module, *args],
-        cwd=tmp_path,  # outside the source tree: the installed stragg
-        env=full_env,
-        capture_output=True,
-        text=True,
-        timeout=180,
-        check=False,
-    )
-
-
 def _json(tmp_path: Path, *args: str, env: dict[str, str] | None = None) -> dict[str, Any]:
-    proc = _run(tmp_path, "--json", *args, env=env)
+    proc = h.run_module(tmp_path, "--json", *args, env=env)
     assert proc.returncode == 0, proc.stderr
     return json.loads(proc.stdout)
 
@@ -95,7 +80,7 @@ def test_invalid_setting_is_reported_not_raised(tmp_path: Path) -> None:
     info = _json(tmp_path, env={"STRAGG_ALGO": "fastest"})
     err = info["settings"]["effective"]["error"]
     assert "STRAGG_ALGO='fastest' is not accepted (expected one of auto" in err
-    text = _run(tmp_path, env={"STRAGG_ALGO": "fastest"})
+    text = h.run_module(tmp_path, env={"STRAGG_ALGO": "fastest"})
     assert text.returncode == 0, text.stderr
     assert "INVALID" in text.stdout and "STRAGG_ALGO='fastest'" in text.stdout
 
@@ -103,7 +88,7 @@ def test_invalid_setting_is_reported_not_raised(tmp_path: Path) -> None:
 def test_text_report_has_every_section(tmp_path: Path) -> None:
     import torch
 
-    proc = _run(tmp_path, env={"STRAGG_PROFILE": "0"})
+    proc = h.run_module(tmp_path, env={"STRAGG_PROFILE": "0"})
     assert proc.returncode == 0, proc.stderr
     out = proc.stdout
     for title in ("Versions", "Build", "CUDA / NCCL", "Shared memory", "Limits", "Transport",
@@ -113,7 +98,7 @@ def test_text_report_has_every_section(tmp_path: Path) -> None:
     assert "CUDA all_reduce compiled" in out
     assert "STRAGG_PROFILE" in out and "profiler    : off" in out.replace("profiler   ", "profiler")
     # `python -m stragg` is the same report.
-    same = _run(tmp_path, module="stragg", env={"STRAGG_PROFILE": "0"})
+    same = h.run_module(tmp_path, module="stragg", env={"STRAGG_PROFILE": "0"})
     assert same.returncode == 0, same.stderr
     assert same.stdout.splitlines()[0] == out.splitlines()[0]
 

@@ -115,7 +115,7 @@ def test_chronic_straggler_is_reported_identically(tmp_path: Path) -> None:
     # The saved report printed by the CLI.
     path = tmp_path / "report.json"
     path.write_text(values[0]["json"])
-    proc = _cli(tmp_path, "--report", str(path))
+    proc = h.run_module(tmp_path, "--report", str(path))
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == table.strip()
 
@@ -238,23 +238,10 @@ def test_errors_name_the_op_rank_and_mismatch() -> None:
         assert "profiler is off" in v["off"] and "STRAGG_PROFILE=0" in v["off"], v
 
 
-def _cli(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("STRAGG_")}
-    return subprocess.run(
-        [sys.executable, "-m", "stragg.info", *args],
-        cwd=tmp_path,  # outside the source tree: the installed stragg
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-
-
 def test_cli_report_rejects_a_file_that_is_not_a_report(tmp_path: Path) -> None:
     bad = tmp_path / "bad.json"
     bad.write_text(json.dumps({"versions": {}}))
-    proc = _cli(tmp_path, "--report", str(bad))
+    proc = h.run_module(tmp_path, "--report", str(bad))
     assert proc.returncode == 1 and "cannot read a straggler report" in proc.stderr, proc
 
 
