@@ -12,6 +12,32 @@ namespace py = pybind11;
 
 namespace {
 
+// The Python callable that builds shrunk / split groups (stragg/_regroup.py) as StraggBackend's
+// Regroup: called with (parent, kind, ranks, flags, store, timeout, group_name). The callable is
+// released under the GIL from whichever thread drops the last reference to the backend.
+stragg::Regroup python_regroup(py::function fn) {
+  std::shared_ptr<py::object> callable(new py::object(std::move(fn)), [](py::object* o) {
+    if (Py_IsInitialized()) {
+      py::gil_scoped_acquire gil;
+      delete o;
+    } else {
+      o->release();  // the interpreter is gone: nothing left to decrement
+      delete o;
+    }
+  });
+  return [callable](stragg::StraggBackend& parent,
+                    const stragg::RegroupRequest& r) -> c10::intrusive_ptr<c10d::Backend> {
+    py::gil_scoped_acquire gil;
+    const bool shrink = r.kind == stragg::RegroupRequest::Kind::Shrink;
+    py::object self = py::cast(c10::intrusive_ptr<stragg::StraggBackend>::reclaim_copy(&parent));
+    py::object store = r.store ? py::cast(r.store) : py::object(py::none());
+    py::object out = (*callable)(self, shrink ? "shrink" : "split", r.ranks, r.flags, store,
+                                 r.timeout, r.group_name);
+    if (out.is_none()) return {};
+    return out.cast<c10::intrusive_ptr<stragg::StraggBackend>>();
+  };
+}
+
 py::object rank_or_none(int r) { return r >= 0 ? py::object(py::int_(r)) : py::object(py::none()); }
 
 py::dict call_record_dict(const stragg::CallRecord& r) {
@@ -208,6 +234,14 @@ PYBIND11_MODULE(_C, m) {
            py::arg("group_name"), py::arg("settings"), py::arg("store_host") = "",
            py::arg("store_description") = "", py::arg("store_hosted_by_rank0") = false)
       .def("_attach_inner", &StraggBackend::attach_inner, py::arg("device"), py::arg("backend"))
+      .def("_set_regroup",
+           [](StraggBackend& b, py::function fn) { b.set_regroup(python_regroup(std::move(fn))); })
+      .def("_retire", &StraggBackend::retire, py::arg("abort"), py::arg("why"),
+           py::call_guard<py::gil_scoped_release>())
+      .def("_gone_peers", &StraggBackend::gone_peers)
+      // torch's split_group deep-copies parent_backend.options; stragg's child takes the parent's
+      // settings through the regroup callback, so there is nothing to copy.
+      .def_property_readonly("options", [](const StraggBackend&) { return py::none(); })
       .def("_set_flight_recorder_ranks", &StraggBackend::set_flight_recorder_ranks,
            py::arg("global_ranks"))
       .def_property_readonly("transport",

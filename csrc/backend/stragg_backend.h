@@ -12,6 +12,7 @@
 #include <torch/csrc/distributed/c10d/Store.hpp>
 
 #include <chrono>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -35,6 +36,27 @@ struct StoreInfo {
   std::string description;       // "the TCPStore at host:port", for messages
   bool hosted_by_rank0 = false;  // rank 0's process hosts it (see Rendezvous::hosted_by_rank0)
 };
+
+class StraggBackend;
+
+// What torch asks of a parent group in shrink_group (Backend::shrink) and split_group
+// (Backend::split). The new backend is built by whoever created the parent (the Python creator,
+// stragg/_regroup.py: it knows the parent's store, settings and inner backends).
+struct RegroupRequest {
+  enum class Kind { Shrink, Split };
+  Kind kind = Kind::Shrink;
+  // Shrink: the parent ranks to exclude (sorted); Split: the new group's members (parent ranks,
+  // in the order that numbers them).
+  std::vector<int64_t> ranks;
+  int flags = 0;  // Shrink: SHRINK_DEFAULT (0) or SHRINK_ABORT (1)
+  // Split: torch's store for the new group, its timeout and name.
+  c10::intrusive_ptr<c10d::Store> store;
+  std::chrono::milliseconds timeout{0};
+  std::string group_name;
+};
+// Returns the new backend; null for a split that leaves this rank out.
+using Regroup =
+    std::function<c10::intrusive_ptr<c10d::Backend>(StraggBackend&, const RegroupRequest&)>;
 
 class StraggBackend final : public c10d::Backend {
  public:
@@ -120,6 +142,26 @@ class StraggBackend final : public c10d::Backend {
   void shutdown() override;
   void abort() override;
 
+  // shrink_group / split_group (regroup.cc): built by the callback the creator installs.
+  bool supportsShrinking() const override { return static_cast<bool>(regroup_); }
+  bool supportsSplitting() const override { return static_cast<bool>(regroup_); }
+  c10::intrusive_ptr<c10d::Backend> shrink(
+      const std::vector<int64_t>& ranks_to_exclude, int shrink_flags,
+      const c10::intrusive_ptr<Options>& opts_override) override;
+  c10::intrusive_ptr<c10d::Backend> split(const c10::intrusive_ptr<c10d::Store>& store,
+                                          const std::vector<int>& ranks,
+                                          const c10::intrusive_ptr<Options>& opts) override;
+  // The options torch's split_group copies to a child: the timeout (stragg's settings are the
+  // parent's and travel through the regroup callback).
+  c10::intrusive_ptr<Options> getBackendOptions() override;
+  void set_regroup(Regroup regroup) { regroup_ = std::move(regroup); }
+  // The parent's part of a shrink, before the survivors agree: `abort` (SHRINK_ABORT) fails what
+  // runs at once; otherwise the queued calls finish first. Then every peer still on this group
+  // (an excluded rank that is alive) is told `why`, and every later op raises with it.
+  void retire(bool abort, const std::string& why);
+  // Peers whose process or connection is gone (Session::gone_peers).
+  std::vector<int> gone_peers() const { return session_->gone_peers(); }
+
   // The flight recorder's view of this group (flight_recorder.h): its members' global ranks, set
   // by the Python creator (its description is torch's, getGroupDesc()).
   void set_flight_recorder_ranks(std::vector<int64_t> global_ranks);
@@ -159,6 +201,7 @@ class StraggBackend final : public c10d::Backend {
   c10::intrusive_ptr<c10d::Backend> cpu_inner_;
   c10::intrusive_ptr<c10d::Backend> cuda_inner_;
   std::atomic<int64_t> delegated_calls_{0};
+  Regroup regroup_;
 #ifdef STRAGG_BACKEND_CUDA
   std::unique_ptr<CudaAllreduce> cuda_allreduce_;  // null: CUDA all_reduce goes to cuda_inner_
 #endif

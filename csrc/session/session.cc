@@ -133,6 +133,10 @@ std::optional<std::string> Session::abort_reason() const {
   return std::nullopt;
 }
 
+std::vector<int> Session::gone_peers() const {
+  return transport_ ? transport_->gone_peers() : std::vector<int>{};
+}
+
 std::optional<std::string> Session::failure() const {
   if (auto reason = abort_reason()) {
     std::string why = *reason;

@@ -154,6 +154,9 @@ class Session {
   // Why the group cannot be used any more: "aborted: <the first reason>" or "shut down";
   // empty while it is usable. What the adapter names when any op on the group is refused.
   std::optional<std::string> failure() const;
+  // Peers whose process or connection is gone (Transport::gone_peers; empty without a
+  // transport). For shrink_group's agreement, after shutdown() or abort().
+  std::vector<int> gone_peers() const;
 
  private:
   // Queueing and running calls (session_run.cc).

@@ -185,6 +185,10 @@ class Transport {
   // to read (a rank that finished its sends and exited is not dead for a peer still reading
   // them). Empty when the transport cannot tell. Cheap: the executor asks every 100 ms.
   virtual std::vector<int> dead_peers() = 0;
+  // Peers whose process or connection is gone, whether or not something they sent is still
+  // unread: who can no longer take part in anything, e.g. in shrink_group's agreement. Call it
+  // when no collective runs (the group was shut down or aborted).
+  virtual std::vector<int> gone_peers() { return dead_peers(); }
 
   // Progress reports: each rank publishes where it is (cheap: the executor calls it when a
   // collective starts and ends and whenever it waits); a rank that times out reads every peer's

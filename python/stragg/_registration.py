@@ -9,7 +9,8 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from ._config import debug_level, raw_settings
+from ._build import GroupRecipe, build_backend
+from ._config import debug_level
 
 logger = logging.getLogger("stragg")
 
@@ -19,60 +20,31 @@ BACKEND_NAME = "stragg"
 def _create_backend(dist_opts: Any, backend_opts: Any = None) -> Any:
     """Creator called by torch.distributed for every process group using backend "stragg".
 
-    The stragg backend comes first (its setup names ranks that never join); then the inner Gloo
-    backend (CPU collectives other than all_reduce) and, when CUDA and NCCL are available, an
-    inner NCCL backend (CUDA collectives), all from prefixes of the same store. Under torchrun
-    every restart attempt uses its own prefixes (TORCHELASTIC_RESTART_COUNT), so an attempt
-    never reads the keys a failed one left in the agent's store. `backend_opts` is
-    init_process_group's / new_group's `pg_options`: a dict of settings or stragg.Options.
+    Builds the backend (stragg, then inner Gloo and, with CUDA and NCCL, inner NCCL) from
+    prefixes of the group's store (_build.build_backend). Under torchrun every restart attempt
+    uses its own prefixes (TORCHELASTIC_RESTART_COUNT), so an attempt never reads the keys a
+    failed one left in the agent's store. `backend_opts` is init_process_group's / new_group's
+    `pg_options`: a dict of settings or stragg.Options.
     """
-    from . import _C  # the C++ extension is loaded only when a group is really created
-
     _configure_logging()
 
     store = dist_opts.store
-    rank = dist_opts.group_rank
     size = dist_opts.group_size
-    timeout = dist_opts.timeout
-    group_name = str(dist_opts.group_id)
-    attempt = _attempt_suffix() + _incarnation_suffix(store, size)
     underlying = _underlying_store(store)
-    backend = _C.StraggBackend(
-        dist.PrefixStore("stragg" + attempt, store),
-        rank,
-        size,
-        timeout,
-        group_name,
-        raw_settings(backend_opts),
-        _store_host(store),
+    recipe = GroupRecipe(
+        store=store,
+        rank=dist_opts.group_rank,
+        size=size,
+        timeout=dist_opts.timeout,
+        group_name=str(dist_opts.group_id),
+        backend_opts=backend_opts,
+        global_ranks=list(dist_opts.global_ranks_in_group or range(size)),
+        attempt=_attempt_suffix() + _incarnation_suffix(store, size),
+        store_host=_store_host(store),
         store_description=_store_description(underlying),
         store_hosted_by_rank0=_store_hosted_by_rank0(underlying),
     )
-    if _C._fr_enabled():
-        # torch's flight recorder (TORCH_FR_BUFFER_SIZE): stragg's entries in its dumps.
-        from ._flight_recorder import install_dump_hook
-
-        backend._set_flight_recorder_ranks(list(dist_opts.global_ranks_in_group or range(size)))
-        install_dump_hook()
-    gloo = dist.ProcessGroupGloo(dist.PrefixStore("gloo" + attempt, store), rank, size, timeout)
-    backend._attach_inner("cpu", gloo)
-    if torch.cuda.is_available() and dist.is_nccl_available():
-        nccl_opts = dist.ProcessGroupNCCL.Options()
-        nccl_opts._timeout = timeout
-        nccl = dist.ProcessGroupNCCL(
-            dist.PrefixStore("nccl" + attempt, store), rank, size, nccl_opts
-        )
-        backend._attach_inner("cuda", nccl)
-    logger.info(
-        "stragg: rank %d/%d of group %s: all_reduce via %s transport, algorithm %s, straggler %s",
-        rank,
-        size,
-        group_name,
-        backend.transport,
-        backend.algorithm,
-        backend.straggler,
-    )
-    return backend
+    return build_backend(recipe)
 
 
 def _attempt_suffix() -> str:

@@ -312,18 +312,37 @@ std::optional<std::string> MixedTransport::abort_reason() {
   return first_abort_;
 }
 
-std::vector<int> MixedTransport::dead_peers() {
-  std::vector<bool> dead(size_, false);
-  if (shm_) {
-    const std::vector<int>& local = layout_.ranks_on(layout_.host_of(rank_));
-    for (int l : shm_->dead_peers()) dead[local[l]] = true;
+namespace {
+
+// Peers that `query` finds on either part (shm: this host's ranks; tcp: the group's ranks).
+template <typename Query>
+std::vector<int> union_of_parts(int size, const std::vector<int>* local, Query query) {
+  std::vector<bool> hit(size, false);
+  if (local) {
+    for (int l : query(true)) hit[(*local)[l]] = true;
   }
-  for (int q : tcp_->dead_peers()) dead[q] = true;
+  for (int q : query(false)) hit[q] = true;
   std::vector<int> out;
-  for (int q = 0; q < size_; ++q) {
-    if (dead[q]) out.push_back(q);
+  for (int q = 0; q < size; ++q) {
+    if (hit[q]) out.push_back(q);
   }
   return out;
+}
+
+}  // namespace
+
+std::vector<int> MixedTransport::dead_peers() {
+  const std::vector<int>* local = shm_ ? &layout_.ranks_on(layout_.host_of(rank_)) : nullptr;
+  return union_of_parts(size_, local, [this](bool shm) {
+    return shm ? shm_->dead_peers() : tcp_->dead_peers();
+  });
+}
+
+std::vector<int> MixedTransport::gone_peers() {
+  const std::vector<int>* local = shm_ ? &layout_.ranks_on(layout_.host_of(rank_)) : nullptr;
+  return union_of_parts(size_, local, [this](bool shm) {
+    return shm ? shm_->gone_peers() : tcp_->gone_peers();
+  });
 }
 
 void MixedTransport::publish_progress(const Progress& progress) {

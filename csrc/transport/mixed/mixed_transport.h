@@ -91,6 +91,7 @@ class MixedTransport final : public GroupTransport {
   void signal_abort(const std::string& reason) override;
   std::optional<std::string> abort_reason() override;
   std::vector<int> dead_peers() override;
+  std::vector<int> gone_peers() override;
   void publish_progress(const Progress& progress) override;
   PeerStatus peer_status(int peer) override;
   // Each peer's transport, the host counts and the helper thread's counters (peer_stats.h).

@@ -257,6 +257,14 @@ std::vector<int> ShmTransport::dead_peers() {
   return dead;
 }
 
+std::vector<int> ShmTransport::gone_peers() {
+  std::vector<int> gone;
+  for (int p = 0; p < size_; ++p) {
+    if (pid_checkable_[p] && process_is_dead(peer_pids_[p])) gone.push_back(p);
+  }
+  return gone;
+}
+
 void ShmTransport::publish_progress(const Progress& progress) {
   shm::write_progress(control(rank_)->progress, progress);
   // No doorbell: progress is read when diagnosing a stall, not waited on.

@@ -62,6 +62,8 @@ class ShmTransport final : public GroupTransport {
   // Peers whose process is gone (checked by pid where the pid namespace is shared) and whose
   // channel to this rank holds nothing unread.
   std::vector<int> dead_peers() override;
+  // Peers whose process is gone (pid check), unread messages or not.
+  std::vector<int> gone_peers() override;
   // Progress lives in the control block; a peer is Stopped when its process is in state T
   // (SIGSTOP, a debugger), Dead when gone (pid checks need a shared pid namespace).
   void publish_progress(const Progress& progress) override;

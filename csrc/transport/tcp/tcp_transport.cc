@@ -281,6 +281,17 @@ std::vector<int> TcpTransport::dead_peers() {
   return dead;
 }
 
+std::vector<int> TcpTransport::gone_peers() {
+  std::lock_guard<std::mutex> lock(mu_);
+  drain_control_locked();
+  poll_data_hangups_locked();
+  std::vector<int> gone;
+  for (int q = 0; q < size_; ++q) {
+    if (q != rank_ && (peers_[q].dead || peers_[q].hung_up)) gone.push_back(q);
+  }
+  return gone;
+}
+
 void TcpTransport::publish_progress(const Progress& progress) {
   std::lock_guard<std::mutex> lock(mu_);
   const bool arrived = progress.seq != own_progress_.seq;

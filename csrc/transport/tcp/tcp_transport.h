@@ -92,6 +92,8 @@ class TcpTransport final : public GroupTransport {
   // This and the two below read whatever arrived on the control connections first.
   std::optional<std::string> abort_reason() override;
   std::vector<int> dead_peers() override;
+  // Dead or hung up (its FIN arrived, bytes before it may be unread).
+  std::vector<int> gone_peers() override;
   // Beats carry it; a new collective (seq) is sent at once.
   void publish_progress(const Progress& progress) override;
   PeerStatus peer_status(int peer) override;
