@@ -120,6 +120,9 @@ def register() -> None:
     """Registers backend "stragg" for cpu and cuda devices. Safe to call more than once."""
     if BACKEND_NAME.upper() in dist.Backend._plugins:
         return
+    from ._regroup import install_torch_fixes
+
+    install_torch_fixes()
     dist.Backend.register_backend(
         BACKEND_NAME, _create_backend, extended_api=True, devices=["cpu", "cuda"]
     )

@@ -18,6 +18,7 @@ import time
 from datetime import timedelta
 from typing import Any, Callable, TypeVar
 
+import torch
 import torch.distributed as dist
 
 from ._build import GroupRecipe, build_backend
@@ -155,3 +156,28 @@ def _agree(recipe: GroupRecipe, parent: Any, store: Any, excluded: list[int],
             time.sleep(_POLL_S)
 
     _store_guard(recipe, where, wait)
+
+
+def install_torch_fixes() -> None:
+    """torch's shrink_group (2.13) registers the shrunk group's backend as BackendType.GLOO on
+    CPU whatever backend it is, and DDP's logger then takes a GLOO-typed backend for a
+    ProcessGroupGloo (a crash in Logger::set_env_variables). Registers a stragg backend the way
+    torch registers it for new groups instead: BackendType.CUSTOM for cpu and cuda."""
+    c10d = dist.distributed_c10d
+    original = getattr(c10d, "_create_shrunk_process_group", None)
+    if original is None or getattr(original, "_stragg_fixed", False):
+        return
+
+    def create_shrunk_process_group(new_backend: Any, *args: Any, **kwargs: Any) -> Any:
+        pg = original(new_backend, *args, **kwargs)
+        from . import _C
+
+        if isinstance(new_backend, _C.StraggBackend):
+            custom = dist.ProcessGroup.BackendType.CUSTOM
+            for device in ("cpu", "cuda"):
+                pg._register_backend(torch.device(device), custom, new_backend)
+            pg._set_default_backend(custom)
+        return pg
+
+    create_shrunk_process_group._stragg_fixed = True  # type: ignore[attr-defined]
+    c10d._create_shrunk_process_group = create_shrunk_process_group
