@@ -116,6 +116,8 @@ def train(args: argparse.Namespace, rank: int, world: int, report: Any) -> None:
             with open(killed) as f:
                 out["detect_s"] = failed_at - float(f.read())
         out["new_rank"], out["new_world"] = group.rank(), group.size()
+        if args.backend == "stragg":
+            out["transport"] = stragg.backend_stats(group)["transport"]
         # The loop redoes the failed step on the survivors.
     params = torch.cat([p.detach().reshape(-1) for p in model.parameters()])
     out["params_file"] = os.path.join(args.rundir, f"params{'_ref' if args.resume else ''}.pt")
