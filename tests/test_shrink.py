@@ -164,26 +164,72 @@ def test_shrunk_group_under_ddp_and_a_device_mesh_is_bitwise_identical_on_every_
 # ----------------------------------------------------------------------------------------------
 
 
+SHRINK_DEFAULT = dist.distributed_c10d.SHRINK_DEFAULT
+SHRINK_ABORT = dist.distributed_c10d.SHRINK_ABORT
+
+
 def healthy_worker(rank: int, ws: int, flags: int) -> dict[str, Any]:
+    """A healthy group, an all_reduce in flight when the survivors shrink: with SHRINK_DEFAULT
+    every rank joins it and it completes first; with SHRINK_ABORT rank 3 never joins it and the
+    shrink fails it at once."""
+    # 4 MiB: above STRAGG_INLINE_BYTES, so the call is queued and shrink_group runs meanwhile.
+    pending = torch.full((1 << 20,), float(rank + 1))
     if rank == 3:
+        if flags == SHRINK_DEFAULT:
+            dist.all_reduce(pending)
         h.wait_posted("shrunk", [0, 1, 2], timeout_s=90)
         return {"old_group": h.capture(lambda: dist.all_reduce(torch.ones(4)))}
+    work = dist.all_reduce(pending, async_op=True)
+    h.post("issued", rank)  # nobody aborts the group before every survivor issued its call
+    assert h.wait_posted("issued", [0, 1, 2], timeout_s=90)
     group = dist.shrink_group([3], shrink_flags=flags)
     out = _check_sum(group, 5)
+    out["pending"] = h.capture(lambda: (work.wait(), pending[0].item())[1])
     h.post("shrunk", rank)
     return out
 
 
-@pytest.mark.parametrize("flags", [dist.distributed_c10d.SHRINK_DEFAULT,
-                                   dist.distributed_c10d.SHRINK_ABORT], ids=["default", "abort"])
+@pytest.mark.parametrize("flags", [SHRINK_DEFAULT, SHRINK_ABORT], ids=["default", "abort"])
 def test_shrinking_a_healthy_group_tells_the_excluded_rank(flags: int) -> None:
     run = h.run_ranks(4, healthy_worker, flags, pg_timeout_s=60, timeout_s=180)
     vals = run.values()
     assert all(v["rel_err"] < 1e-6 and v["size"] == 3 for v in vals[:3]), vals
     assert len({v["digest"] for v in vals[:3]}) == 1
+    for v in vals[:3]:
+        pending: h.Outcome = v["pending"]
+        if flags == SHRINK_DEFAULT:  # finished before the shrink, with rank 3's share
+            assert pending.ok and pending.value == 10.0, pending
+        else:
+            assert not pending.ok and "shrink_group excluded rank 3" in pending.msg, pending
     old: h.Outcome = vals[3]["old_group"]
     assert not old.ok, old
     assert "shrink_group excluded rank 3" in old.msg, old
+
+
+def subgroup_worker(rank: int, ws: int) -> dict[str, Any]:
+    """A stragg subgroup of global ranks [1, 2, 3]; global rank 2 (its rank 1) dies."""
+    sub = dist.new_group([1, 2, 3], backend="stragg")
+    if rank == 0:
+        return {}
+    dist.all_reduce(torch.ones(4), group=sub)
+    if rank == 2:
+        _die()
+    failed = h.capture(lambda: dist.all_reduce(torch.ones(4), group=sub))
+    shrunk = dist.shrink_group([1], group=sub)
+    out = _check_sum(shrunk, 11)
+    out["failed"] = failed
+    out["ranks"] = dist.get_process_group_ranks(shrunk)
+    return out
+
+
+def test_a_subgroup_shrinks_and_the_default_group_stays() -> None:
+    run = h.run_ranks(4, subgroup_worker, pg_timeout_s=60, timeout_s=180, destroy=False)
+    for rank in (1, 3):
+        v = run[rank].value
+        assert v is not None, run.describe()
+        assert not v["failed"].ok and "rank 1 has died" in v["failed"].msg, v["failed"]
+        assert v["ranks"] == [1, 3] and v["size"] == 2 and v["rel_err"] < 1e-6, v
+    assert run[0].ok, run.describe()
 
 
 # ----------------------------------------------------------------------------------------------

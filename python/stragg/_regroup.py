@@ -159,25 +159,42 @@ def _agree(recipe: GroupRecipe, parent: Any, store: Any, excluded: list[int],
 
 
 def install_torch_fixes() -> None:
-    """torch's shrink_group (2.13) registers the shrunk group's backend as BackendType.GLOO on
-    CPU whatever backend it is, and DDP's logger then takes a GLOO-typed backend for a
-    ProcessGroupGloo (a crash in Logger::set_env_variables). Registers a stragg backend the way
-    torch registers it for new groups instead: BackendType.CUSTOM for cpu and cuda."""
+    """Two fixes to torch 2.13's shrink_group, for stragg groups only:
+
+    - it registers the shrunk group's backend as BackendType.GLOO on CPU whatever backend it is,
+      and DDP's logger then takes a GLOO-typed backend for a ProcessGroupGloo (a crash in
+      Logger::set_env_variables): stragg's is registered as torch registers it for new groups,
+      BackendType.CUSTOM for cpu and cuda;
+    - it removes ranks_to_exclude (group ranks) from the group's *global* ranks, so a subgroup
+      whose ranks differ from the global ones gets the wrong members in torch's bookkeeping
+      (get_process_group_ranks, get_global_rank): they are translated to global ranks first.
+    """
     c10d = dist.distributed_c10d
-    original = getattr(c10d, "_create_shrunk_process_group", None)
-    if original is None or getattr(original, "_stragg_fixed", False):
+    create = getattr(c10d, "_create_shrunk_process_group", None)
+    finalize = getattr(c10d, "_finalize_shrunk_group", None)
+    if create is None or finalize is None or getattr(create, "_stragg_fixed", False):
         return
 
-    def create_shrunk_process_group(new_backend: Any, *args: Any, **kwargs: Any) -> Any:
-        pg = original(new_backend, *args, **kwargs)
+    def is_stragg(backend: Any) -> bool:
         from . import _C
 
-        if isinstance(new_backend, _C.StraggBackend):
+        return isinstance(backend, _C.StraggBackend)
+
+    def create_shrunk_process_group(new_backend: Any, *args: Any, **kwargs: Any) -> Any:
+        pg = create(new_backend, *args, **kwargs)
+        if is_stragg(new_backend):
             custom = dist.ProcessGroup.BackendType.CUSTOM
             for device in ("cpu", "cuda"):
                 pg._register_backend(torch.device(device), custom, new_backend)
             pg._set_default_backend(custom)
         return pg
 
+    def finalize_shrunk_group(group_info: dict, excluded: set, new_backend: Any) -> Any:
+        if is_stragg(new_backend):
+            members = dist.get_process_group_ranks(group_info["process_group"])
+            excluded = {members[r] for r in excluded}
+        return finalize(group_info, excluded, new_backend)
+
     create_shrunk_process_group._stragg_fixed = True  # type: ignore[attr-defined]
     c10d._create_shrunk_process_group = create_shrunk_process_group
+    c10d._finalize_shrunk_group = finalize_shrunk_group
