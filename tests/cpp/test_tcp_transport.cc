@@ -380,6 +380,21 @@ TEST(TcpTransport, ClosedPeerIsReportedDeadWithoutWaiting) {
   EXPECT_EQ(ts[0]->dead_peers(), std::vector<int>{2});
 }
 
+// A peer that closed with bytes still unread here is not dead for the executor (they may be the
+// rest of a collective) but is gone for shrink_group's agreement.
+TEST(TcpTransport, ClosedPeerWithUnreadBytesIsGoneNotDead) {
+  InMemoryRendezvous rdv;
+  auto ts = testing::make_group(rdv, 3, tcp_maker());
+  std::vector<uint8_t> payload(4096, 7);
+  SendOp s = testing::make_send(0, payload.data(), payload.size());
+  for (int i = 0; i < 1000 && !s.done; ++i) ts[2]->progress(s);
+  ASSERT_TRUE(s.done);
+  ts[2].reset();
+  ASSERT_TRUE(eventually([&] { return ts[0]->gone_peers() == std::vector<int>{2}; }));
+  EXPECT_TRUE(ts[0]->dead_peers().empty());
+  ASSERT_TRUE(eventually([&] { return ts[1]->gone_peers() == std::vector<int>{2}; }));
+}
+
 // ------------------------------------------------------------------------------------------------
 // Ring all_reduce through the executor
 
