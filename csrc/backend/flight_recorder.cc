@@ -1,4 +1,5 @@
 #include "backend/flight_recorder.h"
+#include "backend/text.h"
 
 #include <ATen/core/Dict.h>
 #include <ATen/core/List.h>
@@ -74,14 +75,6 @@ c10::IValue string_list(const std::vector<std::string>& v) {
   c10::List<std::string> out;
   for (const auto& s : v) out.push_back(s);
   return out;
-}
-
-std::string ranks_string(const std::vector<int64_t>& ranks) {
-  std::ostringstream s;
-  s << "[";
-  for (size_t i = 0; i < ranks.size(); ++i) s << (i ? ", " : "") << ranks[i];
-  s << "]";
-  return s.str();
 }
 
 c10::impl::GenericDict new_dict() {
@@ -240,7 +233,7 @@ std::string FlightRecorder::merge_dump(const std::string& torch_dump, bool inclu
     c10::impl::GenericDict c = new_dict();
     c.insert(std::string("name"), g->name);
     c.insert(std::string("desc"), descs[g.get()]);
-    c.insert(std::string("ranks"), ranks_string(g->global_ranks));
+    c.insert(std::string("ranks"), bracketed(g->global_ranks));
     pg_config.insert_or_assign(g->name, c);
     status[g.get()] = {-1, -1, -1};
   }

@@ -7,24 +7,12 @@
 
 #include <algorithm>
 #include <set>
-#include <sstream>
 
 #include "backend/dist_error.h"
 #include "backend/stragg_backend.h"
+#include "backend/text.h"
 
 namespace stragg {
-
-namespace {
-
-std::string list_text(const std::vector<int64_t>& ranks) {
-  std::ostringstream m;
-  m << "[";
-  for (size_t i = 0; i < ranks.size(); ++i) m << (i ? ", " : "") << ranks[i];
-  m << "]";
-  return m.str();
-}
-
-}  // namespace
 
 c10::intrusive_ptr<c10d::Backend> StraggBackend::shrink(
     const std::vector<int64_t>& ranks_to_exclude, int shrink_flags,
@@ -38,14 +26,14 @@ c10::intrusive_ptr<c10d::Backend> StraggBackend::shrink(
     TORCH_CHECK_VALUE(r >= 0 && r < getSize(), where, "rank ", r,
                       " in ranks_to_exclude is not in this group of ", getSize(), " ranks");
     TORCH_CHECK_VALUE(excluded.insert(r).second, where, "rank ", r,
-                      " appears twice in ranks_to_exclude ", list_text(ranks_to_exclude));
+                      " appears twice in ranks_to_exclude ", bracketed(ranks_to_exclude));
   }
   TORCH_CHECK_VALUE(!excluded.empty(), where, "ranks_to_exclude is empty");
   TORCH_CHECK_VALUE(static_cast<int>(excluded.size()) < getSize(), where,
-                    "ranks_to_exclude ", list_text(ranks_to_exclude), " excludes all ", getSize(),
+                    "ranks_to_exclude ", bracketed(ranks_to_exclude), " excludes all ", getSize(),
                     " ranks of the group");
   TORCH_CHECK(!excluded.count(getRank()), where, "this rank is in ranks_to_exclude ",
-              list_text(ranks_to_exclude),
+              bracketed(ranks_to_exclude),
               "; only the survivors call shrink_group (an excluded rank just stops using the group)");
   RegroupRequest request;
   request.kind = RegroupRequest::Kind::Shrink;

@@ -270,26 +270,19 @@ void TcpTransport::poll_data_hangups_locked() {
   }
 }
 
-std::vector<int> TcpTransport::dead_peers() {
-  std::lock_guard<std::mutex> lock(mu_);
-  drain_control_locked();
-  poll_data_hangups_locked();
-  std::vector<int> dead;
-  for (int q = 0; q < size_; ++q) {
-    if (q != rank_ && peers_[q].dead) dead.push_back(q);
-  }
-  return dead;
-}
+std::vector<int> TcpTransport::dead_peers() { return peers_found(/*hung_up_too=*/false); }
 
-std::vector<int> TcpTransport::gone_peers() {
+std::vector<int> TcpTransport::gone_peers() { return peers_found(/*hung_up_too=*/true); }
+
+std::vector<int> TcpTransport::peers_found(bool hung_up_too) {
   std::lock_guard<std::mutex> lock(mu_);
   drain_control_locked();
   poll_data_hangups_locked();
-  std::vector<int> gone;
+  std::vector<int> found;
   for (int q = 0; q < size_; ++q) {
-    if (q != rank_ && (peers_[q].dead || peers_[q].hung_up)) gone.push_back(q);
+    if (q != rank_ && (peers_[q].dead || (hung_up_too && peers_[q].hung_up))) found.push_back(q);
   }
-  return gone;
+  return found;
 }
 
 void TcpTransport::publish_progress(const Progress& progress) {

@@ -123,6 +123,8 @@ class TcpTransport final : public GroupTransport {
   void drain_control_locked();
   void flush_control_blocking_locked(std::chrono::milliseconds budget);
   void poll_data_hangups_locked();
+  // Dead peers, and with `hung_up_too` those whose FIN arrived (dead_peers / gone_peers).
+  std::vector<int> peers_found(bool hung_up_too);
   void fill_poll_set();
   bool handle_poll_results();  // true if a data connection or the wake fd had news
 
