@@ -263,6 +263,8 @@ def backend_checks_worker(rank: int, ws: int) -> dict[str, h.Outcome]:
         "outside": h.capture(lambda: backend.shrink([7])),
         "twice": h.capture(lambda: backend.shrink([1, 1])),
         "flags": h.capture(lambda: backend.shrink([1], 5)),
+        "everyone": h.capture(lambda: backend.shrink([0, 1])),
+        "empty": h.capture(lambda: backend.shrink([])),
         "supports": h.capture(lambda: (backend.supports_shrinking, backend.supports_splitting)),
     }
 
@@ -274,6 +276,8 @@ def test_the_backend_names_bad_requests_itself() -> None:
         assert "rank 7 in ranks_to_exclude is not in this group of 2 ranks" in v["outside"].msg
         assert "rank 1 appears twice" in v["twice"].msg, v["twice"]
         assert "shrink_flags 5 is neither" in v["flags"].msg, v["flags"]
+        assert "excludes all 2 ranks of the group" in v["everyone"].msg, v["everyone"]
+        assert "ranks_to_exclude is empty" in v["empty"].msg, v["empty"]
         assert v["supports"].value == (True, True), v["supports"]
 
 
