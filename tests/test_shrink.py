@@ -73,6 +73,7 @@ def _example(*args: str, timeout: float = 240) -> subprocess.CompletedProcess:
                           timeout=timeout, cwd=REPO)
 
 
+@pytest.mark.slow
 def test_example_finishes_after_a_kill_and_matches_a_fresh_run(tmp_path: Path) -> None:
     done = _example("--json", "--rundir", str(tmp_path))
     assert done.returncode == 0, done.stderr[-3000:]
@@ -84,6 +85,7 @@ def test_example_finishes_after_a_kill_and_matches_a_fresh_run(tmp_path: Path) -
     assert s["recovery_s"] is not None and s["shrink_s"] is not None, s
 
 
+@pytest.mark.slow
 def test_example_with_gloo_shows_torchs_refusal(tmp_path: Path) -> None:
     done = _example("--backend", "gloo", "--no-check", "--rundir", str(tmp_path))
     assert done.returncode == 1, done.stdout + done.stderr[-3000:]
