@@ -13,6 +13,7 @@
 #ifdef STRAGG_BACKEND_CUDA
 #include "backend/cuda_allreduce.h"
 #endif
+#include "backend/call_trace.h"
 #include "backend/dist_error.h"
 #include "backend/store_arrival_board.h"
 #include "backend/store_rendezvous.h"
@@ -229,14 +230,24 @@ c10::intrusive_ptr<c10d::Work> StraggBackend::submit_allreduce(
   TORCH_CHECK(dtype.has_value(), "stragg: rank ", getRank(), ": ", name, ": dtype ",
               buffer.scalar_type(), " is not supported");
   const LoweredReduceOp lowered = lower_reduce_op(op, *dtype, getRank());
-  // The title names the call in torch.profiler traces; without a profiler callback installed it
-  // is left out, since c10d::Work then skips making a RecordFunction (an allocation per call).
+  // The title names the call in torch.profiler traces. Its range is opened by the call's tracer
+  // (call_trace.h) once the session has numbered the call, not by c10d::Work (no title here).
+  // Without a profiler callback installed there is neither range nor tracer (no allocation).
   const char* title = !at::hasCallbacks()                   ? nullptr
                       : type == c10d::OpType::ALLREDUCE ? "stragg:all_reduce"
                                                         : "stragg:all_reduce_coalesced";
-  auto work = c10::make_intrusive<StraggWork>(getRank(), type, title, std::move(outputs));
+  auto work = c10::make_intrusive<StraggWork>(getRank(), type, nullptr, std::move(outputs));
   work->keep_buffer(buffer, needs_copy_back);
   AllreduceCall call;
+  if (title != nullptr) {
+    TraceGroup group;
+    group.rank = getRank();
+    group.size = getSize();
+    group.name = getGroupUid();
+    group.desc = getGroupDesc();
+    group.global_ranks = global_ranks_;
+    call.tracer = ProfilerCallTrace::make(work, title, dtype_name(*dtype), group);
+  }
   call.name = name;
   call.data = buffer.data_ptr();
   call.numel = static_cast<size_t>(buffer.numel());
@@ -377,14 +388,14 @@ c10::intrusive_ptr<c10d::Work> StraggBackend::measure_links() {
 // Flight recorder
 
 void StraggBackend::set_flight_recorder_ranks(std::vector<int64_t> global_ranks) {
-  if (!fr_group_) return;
   TORCH_CHECK(global_ranks.empty() || static_cast<int>(global_ranks.size()) == getSize(),
-              "stragg: rank ", getRank(), ": flight recorder: ", global_ranks.size(),
+              "stragg: rank ", getRank(), ": set_flight_recorder_ranks: ", global_ranks.size(),
               " global ranks for a group of ", getSize());
-  if (!global_ranks.empty()) {
-    fr_group_->global_rank = global_ranks[static_cast<size_t>(getRank())];
-    fr_group_->global_ranks = std::move(global_ranks);
-  }
+  if (global_ranks.empty()) return;
+  global_ranks_ = global_ranks;
+  if (!fr_group_) return;
+  fr_group_->global_rank = global_ranks[static_cast<size_t>(getRank())];
+  fr_group_->global_ranks = std::move(global_ranks);
 }
 
 int64_t StraggBackend::fr_record(const char* op, const std::vector<at::Tensor>& inputs,

@@ -162,8 +162,9 @@ class StraggBackend final : public c10d::Backend {
   // Peers whose process or connection is gone (Session::gone_peers).
   std::vector<int> gone_peers() const { return session_->gone_peers(); }
 
-  // The flight recorder's view of this group (flight_recorder.h): its members' global ranks, set
-  // by the Python creator (its description is torch's, getGroupDesc()).
+  // The members' global ranks, set by the Python creator: the flight recorder's view of this
+  // group (flight_recorder.h; its description is torch's, getGroupDesc()) and the group_ranks of
+  // its profiler trace events (call_trace.h).
   void set_flight_recorder_ranks(std::vector<int64_t> global_ranks);
 
  private:
@@ -197,6 +198,9 @@ class StraggBackend final : public c10d::Backend {
 
   std::chrono::milliseconds timeout_;
   std::shared_ptr<FrGroup> fr_group_;  // null when the recorder is off
+  // The members' global ranks in group-rank order (set_flight_recorder_ranks; empty: 0..size-1),
+  // for the flight recorder and profiler traces.
+  std::vector<int64_t> global_ranks_;
   std::unique_ptr<Session> session_;
   c10::intrusive_ptr<c10d::Backend> cpu_inner_;
   c10::intrusive_ptr<c10d::Backend> cuda_inner_;

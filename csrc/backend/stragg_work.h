@@ -1,12 +1,18 @@
 // The Work object stragg returns for the collectives its session runs.
 #pragma once
 
+#include <ATen/ThreadLocalState.h>
 #include <ATen/core/ivalue.h>
+#include <ATen/record_function.h>
 #include <torch/csrc/distributed/c10d/Work.hpp>
 
 #include <exception>
+#include <functional>
+#include <memory>
 #include <mutex>
 #include <optional>
+#include <string>
+#include <unordered_map>
 #include <vector>
 
 namespace stragg {
@@ -25,6 +31,21 @@ class StraggWork final : public c10d::Work {
                        ? std::optional<std::vector<at::Tensor>>(outputs)
                        : std::nullopt),
         outputs_(std::move(outputs)) {}
+
+  // Opens the call's torch.profiler range now, where c10d::Work opens it at construction (pass
+  // no title then): `title`, the outputs as its inputs (record_shapes) and `kwargs` (the trace
+  // event's args), async like c10d::Work's; complete() ends it. Nothing without a profiler.
+  void begin_profiler_range(const char* title,
+                            const std::unordered_map<std::string, c10::IValue>& kwargs) {
+    auto range = std::make_shared<at::RecordFunction>(at::RecordScope::USER_SCOPE);
+    if (!range->isActive()) return;
+    range->_setAsync();
+    const std::vector<c10::IValue> inputs(outputs_.begin(), outputs_.end());
+    range->before(title, &inputs, &kwargs);
+    std::function<void()> end = [range] { range->end(); };
+    std::lock_guard<std::mutex> lock(mutex_);
+    recordFunctionEndCallback_ = at::wrapPropagateTLSState(std::move(end));
+  }
 
   std::vector<at::Tensor> result() override { return outputs_; }
   const std::vector<at::Tensor>& outputs() const { return outputs_; }

@@ -16,7 +16,7 @@ using Clock = std::chrono::steady_clock;
 }  // namespace
 
 void Executor::run(const LoweredSchedule& plan, const CollectiveSpec& spec, void* buf,
-                   std::chrono::milliseconds timeout) {
+                   std::chrono::milliseconds timeout, RunObserver* observer) {
   const auto start = Clock::now();
   const RunGuard running(*this, spec, "Executor::run");
   check_not_aborted(transport_, spec);
@@ -25,8 +25,17 @@ void Executor::run(const LoweredSchedule& plan, const CollectiveSpec& spec, void
   window_.start(plan, spec, static_cast<uint8_t*>(buf));
   int32_t doing_step = -1;
   std::string doing;
+  // Pre-arrival steps the observer waits for (0: nothing to tell; counted only when observed).
+  size_t pre_arrival_steps = 0;
+  if (observer != nullptr) {
+    for (const auto& step : plan.steps) pre_arrival_steps += step.pre_arrival ? 1 : 0;
+  }
   try {
     while (!window_.done()) {
+      if (pre_arrival_steps > 0 && window_.pre_arrival_steps_done() == pre_arrival_steps) {
+        pre_arrival_steps = 0;
+        observer->pre_arrival_done();
+      }
       const uint64_t token = transport_.activity_token();
       if (window_.progress()) continue;
       const auto now = Clock::now();
@@ -45,6 +54,7 @@ void Executor::run(const LoweredSchedule& plan, const CollectiveSpec& spec, void
     transport_.signal_abort(e.what());
     throw;
   }
+  if (pre_arrival_steps > 0) observer->pre_arrival_done();  // the plan ended with one
   if (window_.pre_arrival_end() > start) {
     stats_.pre_arrival_s +=
         std::chrono::duration<double>(window_.pre_arrival_end() - start).count();

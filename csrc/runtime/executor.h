@@ -27,6 +27,17 @@ struct ExecutorStats {
   double agreement_s = 0;    // wall time inside agree_on_straggler()
 };
 
+// Told, on the thread that runs a schedule, where the run is (Executor::run's `observer`): the
+// session's tracer turns it into profiler ranges (session/call_tracer.h).
+class RunObserver {
+ public:
+  virtual ~RunObserver() = default;
+  // This rank's last pre-arrival step completed (StragglAR: the ranks on time have
+  // reduce-scattered among themselves; every later step involves the straggler). Called once,
+  // only for plans that have pre-arrival steps on this rank.
+  virtual void pre_arrival_done() = 0;
+};
+
 class Executor {
  public:
   // Steps of a plan kept in flight at once (see runtime/step_window.h; 1: lockstep).
@@ -42,8 +53,9 @@ class Executor {
   // peer dies or does not arrive before `timeout` (naming it), or when another rank aborted the
   // group. Any failure aborts the group for every rank (Transport::signal_abort), so the other
   // ranks raise promptly instead of hanging. One run at a time (the window is reused).
+  // `observer` (may be null: nothing is checked) hears of the run's phases (RunObserver).
   void run(const LoweredSchedule& plan, const CollectiveSpec& spec, void* buf,
-           std::chrono::milliseconds timeout);
+           std::chrono::milliseconds timeout, RunObserver* observer = nullptr);
 
   // The one-shot all_reduce (OneshotArea, transport.h) in place on `buf`: this rank's input goes
   // to its one-shot buffer, then it reduces all n inputs there in rank order (reduce_into, left

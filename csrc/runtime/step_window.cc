@@ -35,6 +35,7 @@ void StepWindow::start(const LoweredSchedule& plan, const CollectiveSpec& spec, 
   posted_ = 0;
   retired_ = 0;
   pre_arrival_end_ = {};
+  pre_arrival_done_ = 0;
 }
 
 const StepWindow::Active* StepWindow::find(size_t step_index) const {
@@ -177,7 +178,10 @@ bool StepWindow::progress_step(Active& a) {
     for (auto& sink : a.sinks) sink.apply_staged();
     a.complete = true;
     a.sinks.clear();  // frees the staging memory (the list keeps its capacity)
-    if (step.pre_arrival) pre_arrival_end_ = std::chrono::steady_clock::now();
+    if (step.pre_arrival) {
+      pre_arrival_end_ = std::chrono::steady_clock::now();
+      ++pre_arrival_done_;
+    }
     moved = true;
   }
   return moved;

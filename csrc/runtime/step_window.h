@@ -67,6 +67,8 @@ class StepWindow {
   size_t current_step() const { return retired_; }
   // When the last pre-arrival step completed (time_point{} if none did).
   std::chrono::steady_clock::time_point pre_arrival_end() const { return pre_arrival_end_; }
+  // Pre-arrival steps completed so far in this run.
+  size_t pre_arrival_steps_done() const { return pre_arrival_done_; }
 
  private:
   struct Dep {
@@ -113,6 +115,7 @@ class StepWindow {
   size_t posted_ = 0;          // steps [retired_, retired_ + posted_) are posted
   size_t retired_ = 0;
   std::chrono::steady_clock::time_point pre_arrival_end_{};
+  size_t pre_arrival_done_ = 0;
 };
 
 }  // namespace stragg

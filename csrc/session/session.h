@@ -27,6 +27,7 @@
 #include "runtime/dtype.h"
 #include "runtime/executor.h"
 #include "session/call_record.h"
+#include "session/call_tracer.h"
 #include "session/group_profiler.h"
 #include "session/serial_worker.h"
 #include "transport/transport.h"
@@ -67,6 +68,8 @@ struct AllreduceCall {
   // stragg::Error naming rank, call and cause). Also called, with the cancellation error, if the
   // session stops before the call runs.
   std::function<void(std::exception_ptr)> done;
+  // Told where the call is (call_tracer.h); null: nobody traces it (no cost).
+  std::shared_ptr<CallTracer> tracer;
 };
 
 // A call whose data moves elsewhere (the CUDA path: GPU executor over NCCL / CUDA IPC) but

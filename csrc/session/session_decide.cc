@@ -13,8 +13,17 @@ int Session::call_straggler(const CollectiveSpec& spec, size_t bytes, AllreduceC
     const auto window = dynamic_window_for(bytes);
     record.window_s = std::chrono::duration<double>(window).count();
     // The board numbers agreements 0, 1, 2, ... (internal collectives take no ticket).
-    const int s =
-        executor_->agree_on_straggler(spec, window, call.timeout, store_board_.get(), agreements_++);
+    CallTracer* tracer = call.tracer.get();
+    if (tracer) tracer->agreement_begin(record);
+    int s = -1;
+    try {
+      s = executor_->agree_on_straggler(spec, window, call.timeout, store_board_.get(),
+                                        agreements_++);
+    } catch (...) {
+      if (tracer) tracer->agreement_end(record);
+      throw;
+    }
+    if (tracer) tracer->agreement_end(record);
     (s >= 0 ? dynamic_straggler_calls_ : dynamic_plain_calls_).fetch_add(1);
     last_straggler_.store(s);
     return s;

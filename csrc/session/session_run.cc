@@ -54,6 +54,7 @@ uint64_t Session::submit(AllreduceCall call) {
     record.numel = static_cast<int64_t>(call.numel);
     record.bytes = bytes;
     lock.unlock();
+    if (call.tracer) call.tracer->queued(record);
     struct Inline {
       Session* session;
       AllreduceCall* call;
@@ -74,6 +75,7 @@ uint64_t Session::submit(AllreduceCall call) {
   record->seq = next_seq_;
   record->numel = static_cast<int64_t>(shared->numel);
   record->bytes = bytes;
+  if (shared->tracer) shared->tracer->queued(*record);
   SerialWorker::Job job;
   job.run = [this, shared, record, enqueued] {
     record->queued_s = seconds_since(enqueued);
@@ -166,8 +168,16 @@ void Session::run_call(AllreduceCall& call, CallRecord& record) {
   }
   if (path_ == AllreducePath::Executor) {
     run_on_executor(call, record);
-  } else if (path_ == AllreducePath::Delegate) {
-    call.delegate();
+  } else {
+    // One rank or delegated: nothing to decide, no phases.
+    if (call.tracer) call.tracer->run_begin(record, /*pre_arrival=*/false);
+    try {
+      if (path_ == AllreducePath::Delegate) call.delegate();
+    } catch (...) {
+      if (call.tracer) call.tracer->run_end(record, /*ok=*/false);
+      throw;
+    }
+    if (call.tracer) call.tracer->run_end(record, /*ok=*/true);
   }
   if (call.average && call.numel > 0) {
     divide_inplace(call.dtype, call.data, call.numel, opt_.size);
@@ -181,18 +191,36 @@ void Session::run_on_executor(AllreduceCall& call, CallRecord& record) {
   record.wire_seq = spec.seq;
   const ExecutorStats before = executor_->stats();
   const CallDecision decision = decide_call(spec, call, record);
+  // Traced: the executor says when this rank's pre-arrival steps are done (PhaseHook).
+  CallTracer* tracer = call.tracer.get();
+  struct PhaseHook final : RunObserver {
+    CallTracer* tracer;
+    const CallRecord* record;
+    PhaseHook(CallTracer* t, const CallRecord* r) : tracer(t), record(r) {}
+    void pre_arrival_done() override { tracer->pre_arrival_end(*record); }
+  } hook(tracer, &record);
+  if (tracer) {
+    bool pre_arrival = false;
+    if (decision.schedule) {
+      for (const auto& step : decision.schedule->steps) pre_arrival |= step.pre_arrival;
+    }
+    tracer->run_begin(record, pre_arrival);
+  }
   const auto run_start = Clock::now();
   try {
     if (decision.oneshot) {
       executor_->run_oneshot(spec, call.data, oneshot_calls_++, call.timeout);
     } else {
-      executor_->run(*decision.schedule, spec, call.data, call.timeout);
+      executor_->run(*decision.schedule, spec, call.data, call.timeout,
+                     tracer ? &hook : nullptr);
     }
   } catch (...) {
     record.run_s = seconds_since(run_start);
+    if (tracer) tracer->run_end(record, /*ok=*/false);
     throw;
   }
   record.run_s = seconds_since(run_start);
+  if (tracer) tracer->run_end(record, /*ok=*/true);
   const ExecutorStats& after = executor_->stats();
   record.agreement_s = after.agreement_s - before.agreement_s;
   record.wait_s = after.wait_s - before.wait_s;

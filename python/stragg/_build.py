@@ -70,11 +70,12 @@ def build_backend(recipe: GroupRecipe) -> Any:
         store_description=recipe.store_description,
         store_hosted_by_rank0=recipe.store_hosted_by_rank0,
     )
+    # The members' global ranks: the flight recorder's group and the profiler trace's group_ranks.
+    backend._set_flight_recorder_ranks(list(recipe.global_ranks))
     if _C._fr_enabled():
         # torch's flight recorder (TORCH_FR_BUFFER_SIZE): stragg's entries in its dumps.
         from ._flight_recorder import install_dump_hook
 
-        backend._set_flight_recorder_ranks(list(recipe.global_ranks))
         install_dump_hook()
     gloo = dist.ProcessGroupGloo(dist.PrefixStore("gloo" + attempt, store), rank, size, timeout)
     backend._attach_inner("cpu", gloo)
