@@ -38,7 +38,8 @@ def _create_backend(dist_opts: Any, backend_opts: Any = None) -> Any:
         timeout=dist_opts.timeout,
         group_name=str(dist_opts.group_id),
         backend_opts=backend_opts,
-        global_ranks=list(dist_opts.global_ranks_in_group or range(size)),
+        # Callers other than torch (stragg.integrations.torchft) may not say.
+        global_ranks=list(getattr(dist_opts, "global_ranks_in_group", None) or range(size)),
         attempt=_attempt_suffix() + _incarnation_suffix(store, size),
         store_host=_store_host(store),
         store_description=_store_description(underlying),
