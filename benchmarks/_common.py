@@ -95,6 +95,23 @@ def import_stragg() -> tuple[ModuleType | None, str]:
         return None, f"{type(e).__name__}: {e}"
 
 
+def start_overhead_worker(rank: int, ranks: int) -> ModuleType:
+    """The start of the overhead benchmarks' rank processes: one thread, stragg imported (raises
+    naming the rank if it cannot be), the Gloo default group that carries their control traffic."""
+    import datetime
+
+    import torch
+    import torch.distributed as dist
+
+    torch.set_num_threads(1)
+    stragg_mod, why = import_stragg()
+    if stragg_mod is None:
+        raise RuntimeError(f"rank {rank}: import stragg failed: {why}")
+    dist.init_process_group("gloo", rank=rank, world_size=ranks,
+                            timeout=datetime.timedelta(seconds=300))
+    return stragg_mod
+
+
 @contextlib.contextmanager
 def reserved_port() -> Iterator[int]:
     """A port the kernel picked, held while the context lasts: bound by this process

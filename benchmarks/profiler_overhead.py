@@ -24,7 +24,7 @@ import torch
 import torch.distributed as dist
 
 # The sibling _common.py is importable because Python puts this script's directory on sys.path.
-from _common import Stats, eprint, import_stragg, parse_size, spawn_and_collect
+from _common import Stats, eprint, parse_size, spawn_and_collect, start_overhead_worker
 
 ON, OFF, GLOO = "stragg-profile-on", "stragg-profile-off", "gloo"
 
@@ -59,12 +59,8 @@ def _busy(seconds: float) -> None:
 
 
 def worker(rank: int, cfg: Config, result_path: str) -> None:
-    torch.set_num_threads(1)
-    stragg_mod, why = import_stragg()
-    if stragg_mod is None:
-        raise RuntimeError(f"rank {rank}: import stragg failed: {why}")
+    start_overhead_worker(rank, cfg.ranks)
     timeout = datetime.timedelta(seconds=300)
-    dist.init_process_group("gloo", rank=rank, world_size=cfg.ranks, timeout=timeout)
     groups = {
         ON: _group(True, cfg.every, timeout),
         OFF: _group(False, cfg.every, timeout),

@@ -36,7 +36,14 @@ import torch
 import torch.distributed as dist
 
 # The sibling _common.py is importable because Python puts this script's directory on sys.path.
-from _common import Stats, eprint, import_stragg, parse_size, parse_sizes, spawn_and_collect
+from _common import (
+    Stats,
+    eprint,
+    parse_size,
+    parse_sizes,
+    spawn_and_collect,
+    start_overhead_worker,
+)
 
 ON, OFF, TRACE = "report-on", "report-off", "report-on+trace"
 FR_SIZE = "2000"  # TORCH_FR_BUFFER_SIZE when the recorder is on (torch's documented example)
@@ -86,12 +93,8 @@ def _timed(buf: torch.Tensor, group: Any, iters: int, trace: bool) -> float:
 
 
 def worker(rank: int, cfg: Config, result_path: str) -> None:
-    torch.set_num_threads(1)
-    stragg_mod, why = import_stragg()
-    if stragg_mod is None:
-        raise RuntimeError(f"rank {rank}: import stragg failed: {why}")
+    stragg_mod = start_overhead_worker(rank, cfg.ranks)
     timeout = datetime.timedelta(seconds=300)
-    dist.init_process_group("gloo", rank=rank, world_size=cfg.ranks, timeout=timeout)
     groups = {ON: _group(True, timeout), OFF: _group(False, timeout)}
     variants = [(ON, False), (OFF, False), (TRACE, True)]
     results: dict[str, dict[str, list[float]]] = {}
