@@ -78,7 +78,9 @@ def test_persistent_straggler_is_detected_and_used() -> None:
     values = res.values()
     _check_identical(values)
     s = values[0]["summary"]
-    assert s["enabled"] and s["n"] == 4 and s["calls"] == 48
+    # "calls" counts the calls of completed exchanges: a link-probe campaign that finishes at a
+    # load-dependent call moves the batch boundaries, so the last few calls may be unexchanged.
+    assert s["enabled"] and s["n"] == 4 and 40 <= s["calls"] <= 48, s
     assert s["straggler"] == 3, s
     first = s["decisions"][0]
     # Detected within the first window: 2 exchanges of 8 calls.
