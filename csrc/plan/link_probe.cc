@@ -5,16 +5,11 @@
 #include <string>
 
 #include "common/error.h"
+#include "plan/median.h"
 
 namespace stragg {
 
 namespace {
-
-double median_of(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const size_t m = v.size() / 2;
-  return v.size() % 2 ? v[m] : 0.5 * (v[m - 1] + v[m]);
-}
 
 void check_round_rank(int n, int round, int rank, const char* what) {
   const int rounds = probe_rounds(n);

@@ -9,6 +9,7 @@
 
 #include "common/error.h"
 #include "core/closed_forms.h"
+#include "plan/median.h"
 
 namespace stragg {
 
@@ -25,14 +26,6 @@ std::string num(double v) {
   os.imbue(std::locale::classic());
   os << v;
   return os.str();
-}
-
-// Median of a copy (mean of the two middle values for an even count); 0 for none.
-double median_of(std::vector<double> v) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  const size_t m = v.size() / 2;
-  return v.size() % 2 ? v[m] : 0.5 * (v[m - 1] + v[m]);
 }
 
 std::string ms(double seconds) {
