@@ -1,7 +1,7 @@
 // all_reduce on CUDA tensors on stragg's GPU executor; see cuda_allreduce.h for the semantics.
-// CudaAllreduce::Impl: the lazy p2p setup, the tasks the session's worker enqueues on the GPU, and
-// the list of calls in flight with the poller thread that completes or fails them; they share one
-// lock and one lifetime. The Work each call returns is in cuda_work.h.
+// CudaAllreduce::Impl: the lazy p2p setup and the tasks the session's worker enqueues on the GPU.
+// The calls in flight and the poller that completes or fails them are in cuda_in_flight.h, the
+// Work each call returns in cuda_work.h.
 #ifndef STRAGG_BACKEND_CUDA
 #error "cuda_allreduce.cc is compiled only with -DSTRAGG_BACKEND_CUDA (CMake STRAGG_BACKEND_CUDA)"
 #endif
@@ -19,16 +19,13 @@
 
 #include <algorithm>
 #include <atomic>
-#include <condition_variable>
-#include <deque>
 #include <exception>
 #include <mutex>
-#include <optional>
 #include <sstream>
-#include <thread>
 #include <utility>
 #include <vector>
 
+#include "backend/cuda_in_flight.h"
 #include "backend/cuda_work.h"
 #include "backend/dist_error.h"
 #include "backend/store_rendezvous.h"
@@ -49,8 +46,6 @@
 namespace stragg {
 namespace {
 
-using Clock = std::chrono::steady_clock;
-
 constexpr const char* kOpName = "all_reduce";
 
 std::exception_ptr dist_error(const std::string& msg) {
@@ -68,11 +63,6 @@ struct Task {
   std::chrono::milliseconds timeout{0};
   EventPtr ready;  // recorded on the caller's stream when the call was made
   EventPtr done;   // the Work's completion event
-};
-
-struct InFlight {
-  c10::intrusive_ptr<CudaWork> work;
-  Clock::time_point deadline;
 };
 
 }  // namespace
@@ -97,8 +87,6 @@ struct CudaAllreduce::Impl {
   ExternalCall call_for(std::shared_ptr<Task> task);
   void run_task(Task& task, const PlanChoice* choice);
   void task_finished(Task& task, std::exception_ptr error);
-  void poller_loop();
-  void fail_in_flight(const std::string& msg);
   void stop(const std::string& why, bool abort_p2p);
 
   c10::intrusive_ptr<c10d::Store> store;
@@ -124,17 +112,13 @@ struct CudaAllreduce::Impl {
 
   std::atomic<bool> stopping{false};
 
-  // Calls enqueued on the GPU, oldest first (they complete in this order).
-  std::mutex fl_mu;
-  std::condition_variable fl_cv;
-  std::deque<InFlight> in_flight;
-  bool poller_stop = false;
-  Clock::time_point drain_deadline = Clock::time_point::max();
-  std::thread poller;
+  // Calls enqueued on the GPU and their poller (started by the setup, stopped by stop()).
+  // Lock order: call_mu before in_flight's lock, never the reverse (add() runs on the worker).
+  CudaInFlight in_flight;
 
   std::atomic<int64_t> calls{0};
   std::atomic<int64_t> bytes{0};
-  std::atomic<int64_t> failed{0};
+  std::atomic<int64_t> failed{0};  // calls that failed to enqueue (in_flight counts the others)
 };
 
 void CudaAllreduce::Impl::ensure_setup(int dev) {
@@ -168,7 +152,7 @@ void CudaAllreduce::Impl::ensure_setup(int dev) {
     device = dev;
     p2p_name = p2p->name();
     p2p_ptr.store(p2p.get());
-    poller = std::thread([this] { poller_loop(); });
+    in_flight.start(dev, *p2p);
   } catch (const c10::Error& e) {
     setup_error = dist_error(prefix() + ": setting up CUDA all_reduce on cuda:" +
                              std::to_string(dev) + " failed: " + e.what_without_backtrace());
@@ -211,11 +195,7 @@ void CudaAllreduce::Impl::task_finished(Task& task, std::exception_ptr error) {
   calls.fetch_add(1);
   bytes.fetch_add(static_cast<int64_t>(task.buffer.nbytes()));
   task.work->mark_enqueued();
-  {
-    std::lock_guard<std::mutex> lock(fl_mu);
-    in_flight.push_back({task.work, Clock::now() + task.timeout});
-  }
-  fl_cv.notify_all();
+  in_flight.add(task.work, task.timeout);
 }
 
 void CudaAllreduce::Impl::run_task(Task& task, const PlanChoice* chosen) {
@@ -259,87 +239,13 @@ void CudaAllreduce::Impl::run_task(Task& task, const PlanChoice* chosen) {
   check(cudaEventRecord(task.done.get(), stream), "cudaEventRecord (completion)");
 }
 
-void CudaAllreduce::Impl::fail_in_flight(const std::string& msg) {
-  std::deque<InFlight> victims;
-  {
-    std::lock_guard<std::mutex> lock(fl_mu);
-    victims.swap(in_flight);
-  }
-  for (auto& f : victims) {
-    // A call whose event fired completed, unless the group was aborted: an aborted NCCL kernel
-    // can exit without having moved the data.
-    if (cudaEventQuery(f.work->done_event()) == cudaSuccess && !p2p->async_error()) {
-      f.work->mark_done();
-    } else if (f.work->mark_failed(dist_error(f.work->where() + ": " + msg))) {
-      failed.fetch_add(1);
-    }
-  }
-}
-
-void CudaAllreduce::Impl::poller_loop() {
-  (void)cudaSetDevice(device);  // no context gets created on another device
-  auto sleep = std::chrono::microseconds(5);
-  while (true) {
-    InFlight front;
-    Clock::time_point drain;
-    {
-      std::unique_lock<std::mutex> lock(fl_mu);
-      fl_cv.wait(lock, [&] { return poller_stop || !in_flight.empty(); });
-      if (in_flight.empty()) return;  // stopping and drained
-      front = in_flight.front();
-      drain = drain_deadline;
-    }
-    const cudaError_t rc = cudaEventQuery(front.work->done_event());
-    if (rc == cudaSuccess && !p2p->async_error()) {
-      {
-        std::lock_guard<std::mutex> lock(fl_mu);
-        if (!in_flight.empty() && in_flight.front().work == front.work) in_flight.pop_front();
-      }
-      front.work->mark_done();
-      sleep = std::chrono::microseconds(5);
-      continue;
-    }
-    std::optional<std::string> reason;
-    if (auto err = p2p->async_error()) {
-      reason = "the process group was aborted: " + *err;
-    } else if (rc != cudaErrorNotReady) {
-      reason = "cudaEventQuery: " + gpu::cuda_error_text(rc);
-    } else {
-      const auto now = Clock::now();
-      if (now >= front.deadline) {
-        reason = "did not finish on the GPU within the timeout (a peer did not take part or a "
-                 "GPU is stuck); the process group is aborted";
-      } else if (now >= drain) {
-        reason = "still running on the GPU when the process group was shut down; it is aborted";
-      }
-    }
-    if (reason) {
-      p2p->abort(front.work->where() + ": " + *reason);  // releases peers (and NCCL kernels)
-      fail_in_flight(*reason);
-      continue;
-    }
-    {
-      std::unique_lock<std::mutex> lock(fl_mu);
-      fl_cv.wait_for(lock, sleep, [&] { return drain_deadline != drain; });  // shutdown wakes it
-    }
-    sleep = std::min(sleep * 2, std::chrono::microseconds(1000));
-  }
-}
-
 void CudaAllreduce::Impl::stop(const std::string& why, bool abort_p2p) {
   // The session's worker (stopped by the backend before this) has run or cancelled every call.
   stopping.store(true);
   gpu::GpuP2P* p = p2p_ptr.load();
   if (p != nullptr && abort_p2p) p->abort(prefix() + ": " + why);
-  {
-    std::lock_guard<std::mutex> lock(fl_mu);
-    poller_stop = true;
-    // Calls in flight get a short grace period (bounded by the group's timeout) to finish.
-    const auto grace = std::min<std::chrono::milliseconds>(cfg.timeout, std::chrono::seconds(10));
-    drain_deadline = std::min(drain_deadline, Clock::now() + grace);
-  }
-  fl_cv.notify_all();
-  if (poller.joinable() && poller.get_id() != std::this_thread::get_id()) poller.join();
+  // Calls in flight get a short grace period (bounded by the group's timeout) to finish.
+  in_flight.stop(std::min<std::chrono::milliseconds>(cfg.timeout, std::chrono::seconds(10)));
 }
 
 CudaAllreduce::CudaAllreduce(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
@@ -430,7 +336,7 @@ std::map<std::string, int64_t> CudaAllreduce::stats() const {
   std::map<std::string, int64_t> out;
   out["cuda_allreduce_calls"] = s.calls.load();
   out["cuda_allreduce_bytes"] = s.bytes.load();
-  out["cuda_failed_calls"] = s.failed.load();
+  out["cuda_failed_calls"] = s.failed.load() + s.in_flight.failed();
   const gpu::GpuP2P* p = s.p2p_ptr.load();
   out["cuda_device"] = p != nullptr ? p->device() : -1;
   out["cuda_p2p_ipc"] = p == nullptr ? -1 : (std::string(p->name()) == "cuda-ipc" ? 1 : 0);

@@ -1,10 +1,10 @@
-# Compile-only check of the backend's CUDA path: cuda_allreduce.cc, cuda_work.cc and
-# stragg_backend.cc with -DSTRAGG_BACKEND_CUDA against torch's headers and the CUDA toolkit's,
-# never linked (a CPU torch wheel ships the c10/cuda headers but not libc10_cuda). Included from
-# kernels/CMakeLists.txt (STRAGG_HAVE_CUDA); object library stragg_backend_cuda_check, part of
-# stragg_cuda_check. Works with STRAGG_TORCH=OFF: torch's include paths and its
-# _GLIBCXX_USE_CXX11_ABI come from torch.utils.cpp_extension of the configuring Python
-# (Python_EXECUTABLE, else python3 on PATH).
+# Compile-only check of the backend's CUDA path: cuda_allreduce.cc, cuda_in_flight.cc,
+# cuda_work.cc and stragg_backend.cc with -DSTRAGG_BACKEND_CUDA against torch's headers and the
+# CUDA toolkit's, never linked (a CPU torch wheel ships the c10/cuda headers but not libc10_cuda).
+# Included from kernels/CMakeLists.txt (STRAGG_HAVE_CUDA); object library
+# stragg_backend_cuda_check, part of stragg_cuda_check. Works with STRAGG_TORCH=OFF: torch's
+# include paths and its _GLIBCXX_USE_CXX11_ABI come from torch.utils.cpp_extension of the
+# configuring Python (Python_EXECUTABLE, else python3 on PATH).
 if(Python_EXECUTABLE)
   set(_stragg_check_py "${Python_EXECUTABLE}")
 else()
@@ -22,7 +22,8 @@ if(_stragg_check_py)
 endif()
 if(NOT _stragg_check_rc EQUAL 0)
   message(STATUS "stragg: torch is not importable by '${_stragg_check_py}': the backend's CUDA "
-                 "path (csrc/backend/cuda_allreduce.cc, cuda_work.cc) is not compile-checked")
+                 "path (csrc/backend/cuda_allreduce.cc, cuda_in_flight.cc, cuda_work.cc) is not "
+                 "compile-checked")
   return()
 endif()
 string(REPLACE "\n" ";" _stragg_check_lines "${_stragg_check_out}")
@@ -39,6 +40,7 @@ endif()
 
 add_library(stragg_backend_cuda_check OBJECT EXCLUDE_FROM_ALL
   ${PROJECT_SOURCE_DIR}/csrc/backend/cuda_allreduce.cc
+  ${PROJECT_SOURCE_DIR}/csrc/backend/cuda_in_flight.cc
   ${PROJECT_SOURCE_DIR}/csrc/backend/cuda_work.cc
   ${PROJECT_SOURCE_DIR}/csrc/backend/stragg_backend.cc
 )
