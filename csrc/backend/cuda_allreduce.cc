@@ -48,10 +48,6 @@ namespace {
 
 constexpr const char* kOpName = "all_reduce";
 
-std::exception_ptr dist_error(const std::string& msg) {
-  return to_dist_error(std::make_exception_ptr(Error(msg)));
-}
-
 struct Task {
   c10::intrusive_ptr<CudaWork> work;
   at::Tensor user;    // the caller's tensor (results end up here)

@@ -57,8 +57,7 @@ void CudaInFlight::fail_all(const std::string& msg) {
     // can exit without having moved the data.
     if (cudaEventQuery(f.work->done_event()) == cudaSuccess && !p2p_->async_error()) {
       f.work->mark_done();
-    } else if (f.work->mark_failed(
-                   to_dist_error(std::make_exception_ptr(Error(f.work->where() + ": " + msg))))) {
+    } else if (f.work->mark_failed(dist_error(f.work->where() + ": " + msg))) {
       failed_.fetch_add(1);
     }
   }

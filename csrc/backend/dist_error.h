@@ -60,4 +60,9 @@ auto rethrow_as_dist_error(F&& fn, const std::string& where = "") -> decltype(fn
   }
 }
 
+// A DistBackendError (as torch raises it) carrying `msg`.
+inline std::exception_ptr dist_error(const std::string& msg) {
+  return to_dist_error(std::make_exception_ptr(Error(msg)));
+}
+
 }  // namespace stragg

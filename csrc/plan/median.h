@@ -1,6 +1,6 @@
 // The median the profilers and the link analysis use: of a copy, the mean of the two middle
 // values for an even count, 0 for none. nth_element, not a sort: the profiler takes medians of
-// up to 1024 call times at every exchange.
+// a batch's call times at every exchange.
 #pragma once
 
 #include <algorithm>
