@@ -217,6 +217,44 @@ bool needs_confirmation(const LinkAnalysis& fresh, const std::vector<Slowdown>& 
   return false;
 }
 
+std::vector<Slowdown> sure_degraded(const LinkAnalysis& fresh, const std::vector<Slowdown>& current,
+                                    double sure) {
+  std::vector<Slowdown> out = current;
+  for (const Slowdown& d : fresh.degraded) {
+    const bool known = std::any_of(current.begin(), current.end(),
+                                   [&](const Slowdown& c) { return c.rank == d.rank; });
+    if (!known && d.factor >= sure) out.push_back(d);
+  }
+  std::sort(out.begin(), out.end(),
+            [](const Slowdown& a, const Slowdown& b) { return a.rank < b.rank; });
+  return out;
+}
+
+std::vector<Slowdown> confirmed_degraded(const LinkAnalysis& first, const LinkAnalysis& second,
+                                         const std::vector<Slowdown>& current) {
+  auto find = [](const std::vector<Slowdown>& v, int rank) {
+    return std::find_if(v.begin(), v.end(), [&](const Slowdown& d) { return d.rank == rank; });
+  };
+  std::vector<Slowdown> out;
+  for (const Slowdown& a : first.degraded) {
+    const auto b = find(second.degraded, a.rank);
+    if (b != second.degraded.end()) {
+      out.push_back({a.rank, std::min(a.factor, b->factor)});
+    } else if (find(current, a.rank) != current.end()) {
+      out.push_back(a);
+    }
+  }
+  for (const Slowdown& b : second.degraded) {
+    if (find(first.degraded, b.rank) == first.degraded.end() &&
+        find(current, b.rank) != current.end()) {
+      out.push_back(b);
+    }
+  }
+  std::sort(out.begin(), out.end(),
+            [](const Slowdown& a, const Slowdown& b) { return a.rank < b.rank; });
+  return out;
+}
+
 std::vector<LinkModel> average_links(const std::vector<LinkModel>& a,
                                      const std::vector<LinkModel>& b) {
   if (a.size() != b.size()) {

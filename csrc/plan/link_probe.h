@@ -94,6 +94,20 @@ LinkAnalysis analyze_links(const std::vector<LinkModel>& links, int n, double th
 bool needs_confirmation(const LinkAnalysis& fresh, const std::vector<Slowdown>& current,
                         double sure);
 
+// What a probe that needs confirmation may act on already: `current`, plus the ranks `fresh`
+// newly names at `sure` or above (a slow NIC at l = 2 need not wait for a second probe that a
+// healthy rank's noise asked for). Known ranks keep their current factor. Sorted by rank.
+std::vector<Slowdown> sure_degraded(const LinkAnalysis& fresh, const std::vector<Slowdown>& current,
+                                    double sure);
+
+// The verdict of a probe and its confirming probe: a rank's verdict changes from `current` only
+// where both agree. Ranks both name are degraded at the lower of their two factors; a rank only
+// one names stays degraded if `current` names it (at the factor that one read), else healthy.
+// One probe's noise (a host short of CPU while it ran) reads a healthy rank slow often enough
+// at p = 8 that the mean of the two readings can still cross the threshold. Sorted by rank.
+std::vector<Slowdown> confirmed_degraded(const LinkAnalysis& first, const LinkAnalysis& second,
+                                         const std::vector<Slowdown>& current);
+
 // Two probes of the same n x n links combined: every link's mean of the two readings (alpha and
 // beta each; unmeasured where either is). Noise of either sign averages out; the faster reading
 // would not do, since a shaper's burst makes a slow link read fast too. Throws stragg::Error if the sizes differ.

@@ -247,6 +247,8 @@ void GroupProfiler::exchange(Executor& ex, const InternalSpec& spec,
     // default, which is made for fast links and picks slower algorithms on slow ones.
     std::unique_lock<std::mutex> guard(mu_);
     if (link_source_ != "measured" && beta > 0) {
+      // The model's predictions change: drift is measured against the new model from here.
+      if (link_source_ == "default") drift_baseline_ = 0;
       link_.beta_s_per_byte = beta;
       link_source_ = "calls";
       const LinkModel provisional = link_;
@@ -255,8 +257,9 @@ void GroupProfiler::exchange(Executor& ex, const InternalSpec& spec,
     }
   }
   if (pending_) {
-    install(*pending_);
+    install(*pending_, pending_verdict_ ? &*pending_verdict_ : nullptr);
     pending_.reset();
+    pending_verdict_.reset();
   }
   PlanMode proposed;
   proposed.straggler = proposed_straggler;
@@ -302,7 +305,9 @@ double GroupProfiler::calls_beta(const std::vector<double>& durations, int k,
 
 void GroupProfiler::schedule_probes(double calls_beta_s, int k, double period_s) {
   if (probe_every_ <= 0 || n_ < 2) return;
-  const double budget = probe_stats_.campaigns == 0 ? probe_budget_ : kLaterProbeBudget * probe_budget_;
+  // A confirming campaign completes its first one's measurement: the first's budget.
+  const double budget = probe_stats_.campaigns == 0 || confirming_ ? probe_budget_
+                                                                   : kLaterProbeBudget * probe_budget_;
   if (period_s > 0) allowance_s_ += budget * period_s * k;
   if (probe_due_ && !prober_.active()) {
     // Transfers of about kProbeTransferS at the rate the calls showed.
@@ -341,19 +346,41 @@ void GroupProfiler::campaign_finished(std::vector<LinkModel> matrix) {
   }
   if (confirming_) {
     confirming_ = false;
+    // The links' mean model; the verdict changes where both probes agree (confirmed_degraded).
+    std::vector<Slowdown> current;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      current = analysis_.degraded;
+    }
+    pending_verdict_ = confirmed_degraded(
+        analyze_links(network_links(first_matrix_), n_, kDegradedThreshold),
+        analyze_links(network_links(matrix), n_, kDegradedThreshold), current);
     pending_ = average_links(first_matrix_, matrix);
     return;
   }
-  if (needs_second_probe(matrix)) {
+  std::vector<Slowdown> sure;
+  if (needs_second_probe(matrix, &sure)) {
     confirming_ = true;
+    // A new rank far past the threshold acts now; the second probe is for the rest.
+    bool news = false;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      news = !(sure == analysis_.degraded);
+    }
+    if (news) {
+      pending_ = matrix;
+      pending_verdict_ = std::move(sure);
+    }
     first_matrix_ = std::move(matrix);
     prober_.start(prober_.transfer_bytes());
     return;
   }
   pending_ = std::move(matrix);
+  pending_verdict_.reset();
 }
 
-bool GroupProfiler::needs_second_probe(const std::vector<LinkModel>& matrix) {
+bool GroupProfiler::needs_second_probe(const std::vector<LinkModel>& matrix,
+                                       std::vector<Slowdown>* sure) {
   std::vector<Slowdown> current;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -363,6 +390,7 @@ bool GroupProfiler::needs_second_probe(const std::vector<LinkModel>& matrix) {
   if (!several_hosts()) return false;
   const LinkAnalysis first = analyze_links(network_links(matrix), n_, kDegradedThreshold);
   if (!needs_confirmation(first, current, kSureFactor)) return false;
+  if (sure) *sure = sure_degraded(first, current, kSureFactor);
   log_info("stragg: rank " + std::to_string(rank_) + " of group '" + group_ +
            "': link probe: " + degraded_text(first.degraded) + "; probing again to confirm");
   return true;
@@ -372,8 +400,18 @@ void GroupProfiler::probe_links(Executor& ex, const InternalSpec& spec,
                                 std::chrono::milliseconds timeout) {
   const auto t0 = Clock::now();
   std::vector<LinkModel> matrix = prober_.probe_now(ex, spec, timeout);
+  std::optional<std::vector<Slowdown>> verdict;
   if (needs_second_probe(matrix)) {
-    matrix = average_links(matrix, prober_.probe_now(ex, spec, timeout));
+    std::vector<LinkModel> second = prober_.probe_now(ex, spec, timeout);
+    std::vector<Slowdown> current;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      current = analysis_.degraded;
+    }
+    verdict = confirmed_degraded(analyze_links(network_links(matrix), n_, kDegradedThreshold),
+                                 analyze_links(network_links(second), n_, kDegradedThreshold),
+                                 current);
+    matrix = average_links(matrix, second);
   }
   const double spent = seconds(Clock::now() - t0);
   interval_spoiled_ = true;
@@ -382,7 +420,7 @@ void GroupProfiler::probe_links(Executor& ex, const InternalSpec& spec,
     probe_stats_.campaigns += 1;
     probe_stats_.seconds += spent;
   }
-  install(matrix);
+  install(matrix, verdict ? &*verdict : nullptr);
   // Asked for explicitly (the same point on every rank): applied now, without a trial.
   PlanMode mode;
   {
@@ -443,8 +481,10 @@ std::vector<LinkModel> GroupProfiler::network_links(const std::vector<LinkModel>
   return out;
 }
 
-void GroupProfiler::install(const std::vector<LinkModel>& matrix) {
+void GroupProfiler::install(const std::vector<LinkModel>& matrix,
+                            const std::vector<Slowdown>* verdict) {
   LinkAnalysis a = analyze_links(network_links(matrix), n_, kDegradedThreshold);
+  if (verdict) a.degraded = *verdict;
   if (!several_hosts()) a.degraded.clear();  // one host: no network
   bool verdict_changed = false;
   {

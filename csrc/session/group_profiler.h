@@ -101,14 +101,18 @@ class GroupProfiler {
   // Probe scheduling at an exchange from the batch's exchanged numbers (calls_beta_s: calls_beta()).
   void schedule_probes(double calls_beta_s, int k, double period_s);
   // A finished probe's matrix: confirms a small new factor with a second probe, else keeps it
-  // for install() at the next exchange.
+  // for install() at the next exchange. While confirming, a new rank at kSureFactor or above is
+  // installed already (sure_degraded, plan/link_probe.h).
   void campaign_finished(std::vector<LinkModel> matrix);
   // True (and logged) if `matrix` changes the degraded ranks in a way one probe's noise could
   // explain (needs_confirmation), so that a second probe confirms it first; groups across hosts
-  // only. The same on every rank (they hold the same matrix).
-  bool needs_second_probe(const std::vector<LinkModel>& matrix);
-  // The analysis of `matrix` becomes the measured link model (readers see it at once).
-  void install(const std::vector<LinkModel>& matrix);
+  // only. The same on every rank (they hold the same matrix). `sure` (if given) receives what
+  // may act before the second probe.
+  bool needs_second_probe(const std::vector<LinkModel>& matrix,
+                          std::vector<Slowdown>* sure = nullptr);
+  // The analysis of `matrix` becomes the measured link model (readers see it at once), with
+  // `verdict` (if given) as its degraded ranks.
+  void install(const std::vector<LinkModel>& matrix, const std::vector<Slowdown>* verdict = nullptr);
   // The plan check's verdict becomes what the session and the planner use.
   void apply(const PlanMode& mode);
   std::vector<LinkModel> network_links(const std::vector<LinkModel>& matrix) const;
@@ -154,6 +158,7 @@ class GroupProfiler {
   bool confirming_ = false;
   std::vector<LinkModel> first_matrix_;              // of a probe being confirmed
   std::optional<std::vector<LinkModel>> pending_;    // installed at the next exchange
+  std::optional<std::vector<Slowdown>> pending_verdict_;  // its degraded ranks (unset: its own)
   double drift_baseline_ = 0;  // model/measured ratio of the first batch after a probe (0: unset)
   uint64_t last_drift_probe_ = 0;  // exchange that last triggered a probe for drift
 

@@ -215,6 +215,41 @@ TEST(LinkAnalysis, NoiseBelowTheThresholdIsNotADegradedLink) {
 // p = 8, host 7 at l = 1.14: one probe read healthy host 0 at 1.12 as well. A newly slow rank
 // below the sure factor asks for a second probe; each link's mean reading of the two decides,
 // so a host slowed for one probe only drops below the threshold while the degraded one stays.
+// p = 8, host 5's NIC at half rate; one probe also read healthy host 1 at 1.06. The confirming
+// probe is for rank 1; rank 5 at 2 acts at once (a 60-step job would end before a second probe).
+TEST(LinkAnalysis, ASureNewRankActsBeforeTheConfirmation) {
+  const double beta = 1.0 / 37.5e6;  // 300 Mbit/s
+  std::vector<double> send(8, 1.0);
+  send[1] = 1.06;
+  send[5] = 2.0;
+  const LinkAnalysis a = analyze_links(network(send, send, beta), 8, 1.05);
+  ASSERT_EQ(a.degraded.size(), 2u);
+  EXPECT_TRUE(needs_confirmation(a, {}, 1.25));
+  const std::vector<Slowdown> now = sure_degraded(a, {}, 1.25);
+  ASSERT_EQ(now.size(), 1u);
+  EXPECT_EQ(now[0].rank, 5);
+  EXPECT_NEAR(now[0].factor, 2.0, 1e-9);
+  // The second probe read rank 1 healthy and rank 2 (healthy in the first) at 1.6: the verdict
+  // is what both read, rank 5 at the lower of its two factors.
+  std::vector<double> again(8, 1.0);
+  again[2] = 1.6;
+  again[5] = 1.9;
+  const LinkAnalysis b = analyze_links(network(again, again, beta), 8, 1.05);
+  const std::vector<Slowdown> both = confirmed_degraded(a, b, {});
+  ASSERT_EQ(both.size(), 1u);
+  EXPECT_EQ(both[0].rank, 5);
+  EXPECT_NEAR(both[0].factor, 1.9, 1e-9);
+  const std::vector<double> ones(8, 1.0);
+  const LinkAnalysis healthy = analyze_links(network(ones, ones, beta), 8, 1.05);
+  EXPECT_TRUE(confirmed_degraded(a, healthy, {}).empty());
+  // A known slow rank read healthy once stays; read healthy twice, it is dropped.
+  const std::vector<Slowdown> kept = confirmed_degraded(healthy, b, {{2, 1.5}});
+  ASSERT_EQ(kept.size(), 1u);
+  EXPECT_EQ(kept[0].rank, 2);
+  EXPECT_NEAR(kept[0].factor, 1.6, 1e-9);
+  EXPECT_TRUE(confirmed_degraded(healthy, healthy, {{2, 1.5}}).empty());
+}
+
 TEST(LinkAnalysis, SmallNewFactorsAreConfirmedByASecondProbe) {
   const double beta = 1.0 / 18.75e6;  // 150 Mbit/s
   const std::vector<double> ones(8, 1.0);
@@ -233,6 +268,16 @@ TEST(LinkAnalysis, SmallNewFactorsAreConfirmedByASecondProbe) {
   EXPECT_TRUE(needs_confirmation(a, {{0, 1.1}, {7, 1.2}, {3, 2.0}}, 1.25));
   EXPECT_TRUE(needs_confirmation(a, {{0, 1.1}, {7, 1.6}}, 1.25));
   EXPECT_TRUE(needs_confirmation(a, {{0, 1.1}, {7, 0.9}}, 1.25));
+  // Meanwhile only what is sure acts: no new rank reaches 1.25 here; known ranks stay as known.
+  EXPECT_TRUE(sure_degraded(a, {}, 1.25).empty());
+  const std::vector<Slowdown> known = {{0, 1.1}, {3, 2.0}};
+  EXPECT_EQ(sure_degraded(a, known, 1.25), known);
+  const std::vector<Slowdown> low = sure_degraded(a, {{3, 2.0}}, 1.1);
+  ASSERT_EQ(low.size(), 3u);
+  EXPECT_EQ(low[0].rank, 0);
+  EXPECT_NEAR(low[0].factor, 1.12, 1e-9);
+  EXPECT_EQ(low[1], (Slowdown{3, 2.0}));
+  EXPECT_EQ(low[2].rank, 7);
   const LinkAnalysis both = analyze_links(average_links(first, second), 8, 1.08);
   ASSERT_EQ(both.degraded.size(), 1u);
   EXPECT_EQ(both.degraded[0].rank, 7);
