@@ -35,8 +35,13 @@ constexpr size_t kMinProbeTransfer = 64 * 1024;
 constexpr size_t kMaxProbeTransfer = 1 << 20;
 // Exchanges cost at most this share of the calls' time: K doubles (up to kMaxEvery) after two
 // batches in a row above it, and comes back down once the calls are 8x longer.
-constexpr double kExchangeShare = 0.02;
-constexpr int kMaxEvery = 256;
+constexpr double kExchangeShare = 0.01;
+constexpr int kMaxEvery = 1024;
+// A periodic link probe waits until the last campaign's cost is at most this share of the job's
+// time since it began (the budget above bounds how fast a campaign runs, this how often).
+// A probe on drift waits likewise with STRAGG_PROBE_BUDGET as the share: calls whose time varies
+// 1.5x around one link model (a profiled section, other load) would re-probe every few batches.
+constexpr double kPeriodicProbeShare = 0.005;
 
 double seconds(std::chrono::steady_clock::duration d) {
   return std::chrono::duration<double>(d).count();
@@ -76,12 +81,10 @@ GroupProfiler::GroupProfiler(int rank, int n, const Settings& settings, Planner&
       every_(settings.profiler_settings().exchange_every),
       link_(settings.link_model()) {
   if (settings_.enabled) profiler_ = std::make_unique<StragglerProfiler>(n, settings_);
+  enabled_.store(profiler_ != nullptr);
 }
 
-bool GroupProfiler::enabled() const {
-  std::lock_guard<std::mutex> lock(mu_);
-  return profiler_ != nullptr;
-}
+bool GroupProfiler::enabled() const { return enabled_.load(std::memory_order_relaxed); }
 
 void GroupProfiler::run_probe_slices(Executor& ex, const InternalSpec& spec,
                                      std::chrono::milliseconds timeout) {
@@ -139,6 +142,7 @@ void GroupProfiler::after_call(Executor& ex, const InternalSpec& spec, const Cal
                 "profiling stops: " + e.what());
     std::lock_guard<std::mutex> lock(mu_);
     profiler_.reset();
+    enabled_.store(false);
     straggler_.store(-1);
   }
 }
@@ -159,10 +163,16 @@ void GroupProfiler::exchange(Executor& ex, const InternalSpec& spec,
   row[k] = period;
   row[k + 1] = batch_probe_s_;
   row[k + 2] = last_exchange_s_;
+  // The exchange's cost is its all_reduce and what follows it here (the profiler's analysis, the
+  // plan check): at 2 ranks and 4 KiB the analysis costs more than the all_reduce.
   const auto t0 = Clock::now();
+  struct CostClock {
+    double& out;
+    Clock::time_point start;
+    ~CostClock() { out = seconds(Clock::now() - start); }
+  } cost_clock{last_exchange_s_, t0};
   ex.run(*small_allreduce_schedule(rank_, n_, all.size()),
          spec("profiler exchange", DType::Float64, all.size()), all.data(), timeout);
-  last_exchange_s_ = seconds(Clock::now() - t0);
   interval_spoiled_ = true;
 
   std::vector<double> durations(static_cast<size_t>(n_) * k);
@@ -207,8 +217,16 @@ void GroupProfiler::exchange(Executor& ex, const InternalSpec& spec,
   // noise the probes would read as slow links.)
   const bool early = early_exchange_ && exchanges_done_ == 1;
   const uint64_t regular = profiler_->exchanges() - (early_exchange_ && !early ? 1 : 0);
-  if (probe_every_ > 0 && !early && regular % probe_every_ == 0) probe_due_ = true;
-  if (drift && profiler_->exchanges() >= last_drift_probe_ + kDriftProbeInterval) {
+  if (probe_every_ > 0 && !early && regular % probe_every_ == 0) periodic_probe_wanted_ = true;
+  if (batch_period > 0) job_s_since_campaign_ += batch_time;
+  // slice_s_ and the batches' time are agreed: every rank decides alike.
+  const double campaign_s = static_cast<double>(campaign_slices_) * slice_s_;
+  if (periodic_probe_wanted_ && job_s_since_campaign_ * kPeriodicProbeShare >= campaign_s) {
+    periodic_probe_wanted_ = false;
+    probe_due_ = true;
+  }
+  if (drift && profiler_->exchanges() >= last_drift_probe_ + kDriftProbeInterval &&
+      job_s_since_campaign_ * probe_budget_ >= campaign_s) {
     last_drift_probe_ = profiler_->exchanges();
     probe_due_ = true;
   }
@@ -313,10 +331,21 @@ void GroupProfiler::schedule_probes(double calls_beta_s, int k, double period_s)
     // Transfers of about kProbeTransferS at the rate the calls showed.
     double beta = calls_beta_s;
     if (!(beta > 0)) beta = link_.beta_s_per_byte;
-    const double want = kProbeTransferS / std::max(beta, 1e-15);
+    double want = kProbeTransferS / std::max(beta, 1e-15);
+    // The last campaign's slices took more than their share of a call: smaller transfers (a
+    // 4 KiB call on one host need not wait for 3 MiB of probe traffic).
+    if (period_s > 0 && slice_s_ > 0 && campaign_transfer_ > 0 &&
+        slice_s_ > kSliceShareOfCall * period_s) {
+      want = std::min(want, static_cast<double>(campaign_transfer_) * kSliceShareOfCall *
+                                period_s / slice_s_);
+    }
     prober_.start(static_cast<size_t>(std::clamp(want, static_cast<double>(kMinProbeTransfer),
                                                  static_cast<double>(kMaxProbeTransfer))));
     probe_due_ = false;
+    periodic_probe_wanted_ = false;  // a drift probe serves as the periodic one too
+    job_s_since_campaign_ = 0;
+    campaign_slices_ = prober_.slices_left();
+    campaign_transfer_ = prober_.transfer_bytes();
     if (slice_s_ <= 0) {
       // Until a slice has run: two transfers and a dozen latencies, doubled for safety.
       slice_s_ = 2 * (2 * static_cast<double>(prober_.transfer_bytes()) * beta +

@@ -10,11 +10,13 @@
 //
 // Costs. An exchange is one small all_reduce every K calls (STRAGG_PROFILE_EVERY; one more after
 // call 4, so the calls' own rate replaces the default link model early); when the
-// calls are so short that it would cost more than 2% of their time, K doubles (up to 256).
+// calls are so short that it (its analysis included) would cost more than 1% of their time, K
+// doubles (up to 1024).
 // Link probes run as a campaign of slices right after calls (session/link_prober.h), within a
 // budget: STRAGG_PROBE_BUDGET (5%) of the job's time until the first campaign has finished, 40%
 // of that after, and at most a quarter of a call's time per call, so no step of a job grows by
-// more than that.
+// more than that. The periodic campaigns (every STRAGG_PROBE_EVERY exchanges) also wait until the
+// last campaign's cost is 0.5% of the job's time since it: on short calls they come rarely.
 #pragma once
 
 #include <atomic>
@@ -151,6 +153,10 @@ class GroupProfiler {
   double last_exchange_s_ = 0;   // this rank's time in the previous exchange
   // Probe scheduling (identical on every rank).
   bool probe_due_ = false;
+  bool periodic_probe_wanted_ = false;  // STRAGG_PROBE_EVERY exchanges passed; waits for its share
+  double job_s_since_campaign_ = 0;     // the batches' agreed time since the last campaign began
+  size_t campaign_slices_ = 0;          // slices of the last campaign begun
+  size_t campaign_transfer_ = 0;        // and its transfer size
   double allowance_s_ = 0;    // probe time the budget allows now
   double slice_s_ = 0;        // a slice's time (slowest rank's), 0 until one ran
   size_t slices_allowed_ = 0;
@@ -162,6 +168,7 @@ class GroupProfiler {
   double drift_baseline_ = 0;  // model/measured ratio of the first batch after a probe (0: unset)
   uint64_t last_drift_probe_ = 0;  // exchange that last triggered a probe for drift
 
+  std::atomic<bool> enabled_{false};  // profiler_ is set (read on every call without mu_)
   mutable std::mutex mu_;  // guards what readers see
   std::unique_ptr<StragglerProfiler> profiler_;
   std::atomic<int> straggler_{-1};
