@@ -375,15 +375,18 @@ const std::vector<Row>& rows() {
        },
        [](const Settings& s) { return num(s.profile_noise_us); }},
       {{"probe_every", "STRAGG_PROBE_EVERY", "int", "64", "an integer from 0 to 1000000",
-        "link probe every this many profiler exchanges (0: only on demand)", true},
+        "link probe every this many profiler exchanges, once the last probe has cost at most 0.5% of "
+        "the job's time since it (0: only on demand)",
+        true},
        [](Settings& s, const SettingValue& v, const std::string& a) {
          s.probe_every = static_cast<int>(int_in(v, 0, 1000000, a));
        },
        [](const Settings& s) { return std::to_string(s.probe_every); }},
       {{"probe_budget", "STRAGG_PROBE_BUDGET", "float", "0.05", "a number in (0, 1]",
         "share of the job's time (between and in the calls) the link probes may take until the "
-        "first probe has finished; later probes get 40% of it; a probe also takes at most a "
-        "quarter of a call's time per call",
+        "first probe has finished; later probes get 40% of it, and a re-probe on drifted call "
+        "times waits until the last probe has cost at most this share of the time since it; a "
+        "probe's transfers shrink until a slice takes about a quarter of a call",
         true},
        [](Settings& s, const SettingValue& v, const std::string& a) {
          s.probe_budget = float_in(v, 0, 1, true, a);
