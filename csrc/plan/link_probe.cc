@@ -27,6 +27,15 @@ bool measured(const LinkModel& l) {
          l.beta_s_per_byte >= 0;
 }
 
+// A verdict's entry for `rank` (end(): healthy), and a verdict put in rank order.
+std::vector<Slowdown>::const_iterator find_rank(const std::vector<Slowdown>& v, int rank) {
+  return std::find_if(v.begin(), v.end(), [&](const Slowdown& d) { return d.rank == rank; });
+}
+
+void sort_by_rank(std::vector<Slowdown>& v) {
+  std::sort(v.begin(), v.end(), [](const Slowdown& a, const Slowdown& b) { return a.rank < b.rank; });
+}
+
 }  // namespace
 
 int probe_rounds(int n) {
@@ -203,14 +212,11 @@ LinkAnalysis analyze_links(const std::vector<LinkModel>& links, int n, double th
 bool needs_confirmation(const LinkAnalysis& fresh, const std::vector<Slowdown>& current,
                         double sure) {
   for (const Slowdown& d : fresh.degraded) {
-    const bool known = std::any_of(current.begin(), current.end(),
-                                   [&](const Slowdown& c) { return c.rank == d.rank; });
-    if (!known && d.factor < sure) return true;
+    if (find_rank(current, d.rank) == current.end() && d.factor < sure) return true;
   }
   // A known slow rank that reads healthy, or whose factor moved by more than `sure` either way.
   for (const Slowdown& c : current) {
-    const auto it = std::find_if(fresh.degraded.begin(), fresh.degraded.end(),
-                                 [&](const Slowdown& d) { return d.rank == c.rank; });
+    const auto it = find_rank(fresh.degraded, c.rank);
     if (it == fresh.degraded.end()) return true;
     if (it->factor > c.factor * sure || it->factor * sure < c.factor) return true;
   }
@@ -221,37 +227,30 @@ std::vector<Slowdown> sure_degraded(const LinkAnalysis& fresh, const std::vector
                                     double sure) {
   std::vector<Slowdown> out = current;
   for (const Slowdown& d : fresh.degraded) {
-    const bool known = std::any_of(current.begin(), current.end(),
-                                   [&](const Slowdown& c) { return c.rank == d.rank; });
-    if (!known && d.factor >= sure) out.push_back(d);
+    if (find_rank(current, d.rank) == current.end() && d.factor >= sure) out.push_back(d);
   }
-  std::sort(out.begin(), out.end(),
-            [](const Slowdown& a, const Slowdown& b) { return a.rank < b.rank; });
+  sort_by_rank(out);
   return out;
 }
 
 std::vector<Slowdown> confirmed_degraded(const LinkAnalysis& first, const LinkAnalysis& second,
                                          const std::vector<Slowdown>& current) {
-  auto find = [](const std::vector<Slowdown>& v, int rank) {
-    return std::find_if(v.begin(), v.end(), [&](const Slowdown& d) { return d.rank == rank; });
-  };
   std::vector<Slowdown> out;
   for (const Slowdown& a : first.degraded) {
-    const auto b = find(second.degraded, a.rank);
+    const auto b = find_rank(second.degraded, a.rank);
     if (b != second.degraded.end()) {
       out.push_back({a.rank, std::min(a.factor, b->factor)});
-    } else if (find(current, a.rank) != current.end()) {
+    } else if (find_rank(current, a.rank) != current.end()) {
       out.push_back(a);
     }
   }
   for (const Slowdown& b : second.degraded) {
-    if (find(first.degraded, b.rank) == first.degraded.end() &&
-        find(current, b.rank) != current.end()) {
+    if (find_rank(first.degraded, b.rank) == first.degraded.end() &&
+        find_rank(current, b.rank) != current.end()) {
       out.push_back(b);
     }
   }
-  std::sort(out.begin(), out.end(),
-            [](const Slowdown& a, const Slowdown& b) { return a.rank < b.rank; });
+  sort_by_rank(out);
   return out;
 }
 

@@ -375,15 +375,7 @@ void GroupProfiler::campaign_finished(std::vector<LinkModel> matrix) {
   }
   if (confirming_) {
     confirming_ = false;
-    // The links' mean model; the verdict changes where both probes agree (confirmed_degraded).
-    std::vector<Slowdown> current;
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      current = analysis_.degraded;
-    }
-    pending_verdict_ = confirmed_degraded(
-        analyze_links(network_links(first_matrix_), n_, kDegradedThreshold),
-        analyze_links(network_links(matrix), n_, kDegradedThreshold), current);
+    pending_verdict_ = confirmed_verdict(first_matrix_, matrix);
     pending_ = average_links(first_matrix_, matrix);
     return;
   }
@@ -391,12 +383,7 @@ void GroupProfiler::campaign_finished(std::vector<LinkModel> matrix) {
   if (needs_second_probe(matrix, &sure)) {
     confirming_ = true;
     // A new rank far past the threshold acts now; the second probe is for the rest.
-    bool news = false;
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      news = !(sure == analysis_.degraded);
-    }
-    if (news) {
+    if (!(sure == degraded_now())) {
       pending_ = matrix;
       pending_verdict_ = std::move(sure);
     }
@@ -410,14 +397,10 @@ void GroupProfiler::campaign_finished(std::vector<LinkModel> matrix) {
 
 bool GroupProfiler::needs_second_probe(const std::vector<LinkModel>& matrix,
                                        std::vector<Slowdown>* sure) {
-  std::vector<Slowdown> current;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    current = analysis_.degraded;
-  }
+  const std::vector<Slowdown> current = degraded_now();
   // Every rank holds the same matrix and verdict: all decide alike to probe again.
   if (!several_hosts()) return false;
-  const LinkAnalysis first = analyze_links(network_links(matrix), n_, kDegradedThreshold);
+  const LinkAnalysis first = analyze(matrix);
   if (!needs_confirmation(first, current, kSureFactor)) return false;
   if (sure) *sure = sure_degraded(first, current, kSureFactor);
   log_info("stragg: rank " + std::to_string(rank_) + " of group '" + group_ +
@@ -431,15 +414,8 @@ void GroupProfiler::probe_links(Executor& ex, const InternalSpec& spec,
   std::vector<LinkModel> matrix = prober_.probe_now(ex, spec, timeout);
   std::optional<std::vector<Slowdown>> verdict;
   if (needs_second_probe(matrix)) {
-    std::vector<LinkModel> second = prober_.probe_now(ex, spec, timeout);
-    std::vector<Slowdown> current;
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      current = analysis_.degraded;
-    }
-    verdict = confirmed_degraded(analyze_links(network_links(matrix), n_, kDegradedThreshold),
-                                 analyze_links(network_links(second), n_, kDegradedThreshold),
-                                 current);
+    const std::vector<LinkModel> second = prober_.probe_now(ex, spec, timeout);
+    verdict = confirmed_verdict(matrix, second);
     matrix = average_links(matrix, second);
   }
   const double spent = seconds(Clock::now() - t0);
@@ -510,9 +486,23 @@ std::vector<LinkModel> GroupProfiler::network_links(const std::vector<LinkModel>
   return out;
 }
 
+LinkAnalysis GroupProfiler::analyze(const std::vector<LinkModel>& matrix) const {
+  return analyze_links(network_links(matrix), n_, kDegradedThreshold);
+}
+
+std::vector<Slowdown> GroupProfiler::degraded_now() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return analysis_.degraded;
+}
+
+std::vector<Slowdown> GroupProfiler::confirmed_verdict(const std::vector<LinkModel>& first,
+                                                       const std::vector<LinkModel>& second) const {
+  return confirmed_degraded(analyze(first), analyze(second), degraded_now());
+}
+
 void GroupProfiler::install(const std::vector<LinkModel>& matrix,
                             const std::vector<Slowdown>* verdict) {
-  LinkAnalysis a = analyze_links(network_links(matrix), n_, kDegradedThreshold);
+  LinkAnalysis a = analyze(matrix);
   if (verdict) a.degraded = *verdict;
   if (!several_hosts()) a.degraded.clear();  // one host: no network
   bool verdict_changed = false;

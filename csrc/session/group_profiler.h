@@ -118,6 +118,11 @@ class GroupProfiler {
   // The plan check's verdict becomes what the session and the planner use.
   void apply(const PlanMode& mode);
   std::vector<LinkModel> network_links(const std::vector<LinkModel>& matrix) const;
+  LinkAnalysis analyze(const std::vector<LinkModel>& matrix) const;  // of its network links
+  std::vector<Slowdown> degraded_now() const;  // the installed analysis's degraded ranks
+  // A probe and its confirming probe: the degraded ranks both agree on (confirmed_degraded).
+  std::vector<Slowdown> confirmed_verdict(const std::vector<LinkModel>& first,
+                                          const std::vector<LinkModel>& second) const;
   bool several_hosts() const;  // the group spans hosts (only then can links be degraded)
 
   const int rank_;
