@@ -245,6 +245,9 @@ LoweredSchedule lower_schedule(const core::Schedule& s, int rank, size_t numel, 
   for (const auto& st : s.steps) round_pre[st.round] = round_pre[st.round] && st.pre_arrival;
 
   const Segmentation seg(s, numel, elem_size, max_staging_bytes, ordered_recvs, pipeline_bytes);
+  // StragglAR's rounds each go to a new partner; OptCC must not: its healthy ranks feed the
+  // slow link and the ring at once (Ring and RHD talk to one peer or wait for it anyway).
+  plan.ordered_sends = pipeline_bytes > 0 && s.algorithm == "stragglar";
   if (seg.pipelined()) {
     // Two rounds' parts in flight: a rank forwards round r+1's parts while round r's last ones
     // still arrive, and runs a later round's transfers to one peer while another peer lags.

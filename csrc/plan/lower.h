@@ -25,7 +25,8 @@ bool schedule_needs_staging(const core::Schedule& s, bool ordered_recvs);
 // of exactly their range): chunks larger than that are split
 // into segments of about that size, issued round by round (round r of every segment, then round
 // r+1), so that a rank forwards a segment as soon as it has it instead of a whole chunk (a
-// pipelined Ring: on a network the forward no longer waits for the chunk's last byte).
+// pipelined Ring: on a network the forward no longer waits for the chunk's last byte), and
+// StragglAR gets ordered_sends (runtime/lowered_schedule.h).
 LoweredSchedule lower_schedule(const core::Schedule& s, int rank, size_t numel, size_t elem_size,
                                size_t max_staging_bytes = 1 << 20, bool ordered_recvs = false,
                                size_t pipeline_bytes = 0);

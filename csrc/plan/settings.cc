@@ -317,6 +317,15 @@ const std::vector<Row>& rows() {
          s.tcp_pipeline_bytes = size_of(v, 0, a);
        },
        [](const Settings& s) { return format_size(s.tcp_pipeline_bytes); }},
+      {{"tcp_unsent_bytes", "STRAGG_TCP_UNSENT_BYTES", "size", "256KiB", "a size (0: the kernel's)",
+        "bytes a TCP data connection holds unsent in the kernel (TCP_NOTSENT_LOWAT): a send counts "
+        "as done only when its bytes are about to leave, so the executor's window of steps in "
+        "flight also bounds what shares the link (StragglAR's rounds go to a new peer each)",
+        false},
+       [](Settings& s, const SettingValue& v, const std::string& a) {
+         s.tcp_unsent_bytes = size_of(v, 0, a);
+       },
+       [](const Settings& s) { return format_size(s.tcp_unsent_bytes); }},
       {{"plan_check", "STRAGG_PLAN_CHECK", "bool", "1", "1/0 (true/false, on/off, yes/no)",
         "time every move the profiler and the link probes make the planner take (StragglAR for a "
         "straggler, OptCC for degraded links) against the calls before it, and undo it (for a "

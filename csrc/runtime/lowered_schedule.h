@@ -53,6 +53,11 @@ struct LoweredSchedule {
   // every round into many small steps; a window of a round or two lets a rank run the next
   // round's independent transfers while a partner is still behind in this one.
   size_t min_lookahead = 0;
+  // A send waits until the sends of every earlier step have finished, to whichever peer. For
+  // StragglAR over a network: a later round's send (its rounds each go to a new partner, the
+  // straggler's own chunks are all ready at once) would otherwise share this rank's link with
+  // the round everybody waits for.
+  bool ordered_sends = false;
   std::vector<LoweredStep> steps;
 };
 

@@ -128,7 +128,7 @@ bool StepWindow::ready(std::vector<Dep>& deps) const {
 }
 
 // True if an earlier op of the same direction to the same peer is unfinished (messages between
-// two ranks keep the schedule's order).
+// two ranks keep the schedule's order) or, in an ordered_sends plan, a send of an earlier step.
 bool StepWindow::peer_busy(size_t step_index, bool send, size_t index) const {
   const Active* self = find(step_index);
   const int peer = send ? self->sends[index].peer : self->recvs[index].peer;
@@ -136,8 +136,9 @@ bool StepWindow::peer_busy(size_t step_index, bool send, size_t index) const {
     const Active& e = slot(k);
     if (e.index > step_index) break;
     const size_t limit = e.index == step_index ? index : (send ? e.sends.size() : e.recvs.size());
+    const bool any_peer = send && plan_->ordered_sends && e.index < step_index;
     for (size_t j = 0; j < limit; ++j) {
-      if (send && e.sends[j].peer == peer && !e.sends[j].done) return true;
+      if (send && (any_peer || e.sends[j].peer == peer) && !e.sends[j].done) return true;
       if (!send && e.recvs[j].peer == peer && !e.recvs[j].done) return true;
     }
   }

@@ -137,6 +137,7 @@ TcpOptions tcp_options(const Settings& settings, const std::string& address,
   o.advertise_host = address;
   o.port = settings.tcp_port;
   o.staging_bytes = settings.tcp_staging_bytes;
+  o.unsent_bytes = settings.tcp_unsent_bytes;
   o.setup_timeout = timeout;
   return o;
 }

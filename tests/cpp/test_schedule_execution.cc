@@ -7,6 +7,7 @@
 
 #include <cstring>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <tuple>
@@ -269,6 +270,67 @@ TEST(Lowering, StragglarWithOrderedReceivesIsPipelined) {
   }
   // Without ordered receives the exchanges are staged, which rules pipelining out.
   EXPECT_EQ(lower_schedule(s, 0, numel, 4, 1 << 20, false, 4096).min_lookahead, 0u);
+}
+
+// Over a network, StragglAR keeps this rank's sends in the schedule's order (its rounds each go
+// to a new partner); OptCC, whose ranks feed the slow link and the ring at once, and shared
+// memory (no pipeline parts) do not.
+TEST(Lowering, StragglarOrdersItsSendsOverANetwork) {
+  const size_t numel = 4 * 16 * 1024;
+  auto s = core::build("stragglar", 5, "{\"straggler\": 2}");
+  for (int rank = 0; rank < 5; ++rank) {
+    EXPECT_TRUE(lower_schedule(s, rank, numel, 4, 1 << 20, true, 4096).ordered_sends) << rank;
+    EXPECT_FALSE(lower_schedule(s, rank, numel, 4, 1 << 20, true, 0).ordered_sends) << rank;
+  }
+  auto optcc = core::build("optcc", 5, "{\"stragglers\": [4], \"slowdown\": 2.0, \"segments\": 4}");
+  EXPECT_FALSE(lower_schedule(optcc, 0, numel, 4, 1 << 20, true, 4096).ordered_sends);
+}
+
+// Drives no bytes: each send finishes on its third progress() call; logs the peer of every send
+// progressed, i.e. the order in which the executor feeds this rank's links.
+class SendLogTransport final : public Transport {
+ public:
+  const char* name() const override { return "sendlog"; }
+  int rank() const override { return 0; }
+  int size() const override { return 3; }
+  bool progress(SendOp& op) override {
+    if (op.done) return false;
+    log.push_back(op.peer);
+    op.started = true;
+    op.done = ++op.sent == 3;
+    return true;
+  }
+  bool progress(RecvOp&) override { return false; }
+  uint64_t activity_token() override { return 0; }
+  void wait_for_activity(uint64_t, std::chrono::microseconds) override {}
+  void signal_abort(const std::string&) override {}
+  std::optional<std::string> abort_reason() override { return std::nullopt; }
+  std::vector<int> dead_peers() override { return {}; }
+  void publish_progress(const Progress&) override {}
+  PeerStatus peer_status(int) override { return {}; }
+  std::vector<int> log;
+};
+
+TEST(StepWindow, OrderedSendsFeedOnePeerAtATimeInStepOrder) {
+  LoweredSchedule plan;
+  plan.steps.resize(2);
+  plan.steps[0].id = 0;
+  plan.steps[0].sends.push_back(LoweredOp{1, 0, 4});
+  plan.steps[1].id = 1;
+  plan.steps[1].sends.push_back(LoweredOp{2, 4, 4});
+  std::vector<float> buf(8, 1.0f);
+  CollectiveSpec spec;
+  spec.numel = buf.size();
+  for (bool ordered : {false, true}) {
+    plan.ordered_sends = ordered;
+    SendLogTransport t;
+    Executor ex(t);
+    ex.run(plan, spec, buf.data(), std::chrono::seconds(10));
+    // Unordered, the independent send of step 1 shares the link with step 0's.
+    const std::vector<int> expected =
+        ordered ? std::vector<int>{1, 1, 1, 2, 2, 2} : std::vector<int>{1, 2, 1, 2, 1, 2};
+    EXPECT_EQ(t.log, expected) << "ordered_sends " << ordered;
+  }
 }
 
 // Pipelining changes which bytes travel together, not how any element is reduced: the result is

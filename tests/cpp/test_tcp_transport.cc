@@ -5,6 +5,7 @@
 #include <dirent.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <signal.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -30,6 +31,7 @@
 #include "test_util.h"
 #include "transport/mixed/peer_stats.h"
 #include "transport/tcp/handshake.h"
+#include "transport/tcp/socket.h"
 #include "transport/tcp/tcp_transport.h"
 #include "transport_checks.h"
 
@@ -293,6 +295,24 @@ TEST(TcpTransport, StreamsLargeAndEmptyMessagesInFifoOrder) {
 
 TEST(TcpTransport, FullDuplexExchangeDoesNotDeadlock) {
   testing::check_full_duplex_exchange(tcp_maker(small_options()), 16 * 1024 * 1024 + 17);
+}
+
+// TCP_NOTSENT_LOWAT (TcpOptions::unsent_bytes) on the data sockets: sends still finish when the
+// kernel may hold only a few KiB unsent.
+TEST(TcpTransport, FullDuplexExchangeWithASmallUnsentLimit) {
+  TcpOptions o;
+  o.unsent_bytes = 4096;
+  o.setup_timeout = std::chrono::seconds(20);
+  testing::check_full_duplex_exchange(tcp_maker(o), 4 * 1024 * 1024 + 17);
+}
+
+TEST(TcpSocket, UnsentLimitIsTheSocketsNotsentLowat) {
+  tcp::Fd fd = tcp::make_stream_socket(AF_INET, 0, 0, "test");
+  tcp::set_unsent_limit(fd.get(), 12345);
+  int v = 0;
+  socklen_t len = sizeof v;
+  ASSERT_EQ(getsockopt(fd.get(), IPPROTO_TCP, TCP_NOTSENT_LOWAT, &v, &len), 0);
+  EXPECT_EQ(v, 12345);
 }
 
 // A sink that rejects every message, like the executor on a mismatched collective.

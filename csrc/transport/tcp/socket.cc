@@ -6,7 +6,9 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <limits>
 
 #include "common/error.h"
 #include "transport/common.h"
@@ -55,6 +57,11 @@ Fd make_stream_socket(int family, int send_buffer, int recv_buffer, const std::s
 void set_no_delay(int fd) {
   const int one = 1;
   setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+}
+
+void set_unsent_limit(int fd, size_t bytes) {
+  const int v = static_cast<int>(std::min<size_t>(bytes, std::numeric_limits<int>::max()));
+  setsockopt(fd, IPPROTO_TCP, TCP_NOTSENT_LOWAT, &v, sizeof v);
 }
 
 Transfer receive_some(int fd, void* buf, size_t len) {

@@ -40,6 +40,9 @@ TcpTransport::TcpTransport(Rendezvous& rdv, const std::string& key_prefix, int r
   listen_address_ = mesh.listen_address;
   peers_.reserve(size_);
   for (int q = 0; q < size_; ++q) {
+    if (q != rank_ && options_.unsent_bytes > 0) {
+      tcp::set_unsent_limit(mesh.data[q].get(), options_.unsent_bytes);
+    }
     peers_.push_back(
         Peer{tcp::DataConnection(std::move(mesh.data[q]), rank_, q, options_.staging_bytes),
              tcp::ControlConnection(std::move(mesh.control[q]))});

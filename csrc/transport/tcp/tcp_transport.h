@@ -62,6 +62,11 @@ struct TcpOptions {
   size_t staging_bytes = 512 * 1024;  // receive staging per peer (at least 4 KiB, 64-byte multiple)
   int socket_send_buffer = 0;         // SO_SNDBUF bytes; 0 keeps the kernel's autotuning
   int socket_recv_buffer = 0;         // SO_RCVBUF bytes; 0 keeps the kernel's autotuning
+  // TCP_NOTSENT_LOWAT of the data connections (0: the kernel's, unlimited): a send finishes
+  // when at most this many of its bytes wait unsent. Without it a send to a new peer finished as
+  // soon as the kernel buffered it, the executor's window slid on, and every later round's send
+  // shared the link with the round everybody waited for.
+  size_t unsent_bytes = 256 * 1024;
 };
 
 class TcpTransport final : public GroupTransport {
