@@ -318,9 +318,9 @@ const std::vector<Row>& rows() {
        },
        [](const Settings& s) { return format_size(s.tcp_pipeline_bytes); }},
       {{"tcp_unsent_bytes", "STRAGG_TCP_UNSENT_BYTES", "size", "256KiB", "a size (0: the kernel's)",
-        "bytes a TCP data connection holds unsent in the kernel (TCP_NOTSENT_LOWAT): a send counts "
-        "as done only when its bytes are about to leave, so the executor's window of steps in "
-        "flight also bounds what shares the link (StragglAR's rounds go to a new peer each)",
+        "while StragglAR runs over TCP, the bytes a data connection holds unsent in the kernel "
+        "(TCP_NOTSENT_LOWAT; 0: the kernel's): a send counts as done only when its bytes are about "
+        "to leave, so rounds to different peers leave in the schedule's order",
         false},
        [](Settings& s, const SettingValue& v, const std::string& a) {
          s.tcp_unsent_bytes = size_of(v, 0, a);

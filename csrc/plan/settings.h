@@ -75,7 +75,7 @@ struct Settings {
   uint16_t tcp_port = 0;
   size_t tcp_staging_bytes = 512 * 1024;
   size_t tcp_pipeline_bytes = 64 * 1024;  // over TCP, chunks are forwarded in such segments
-  size_t tcp_unsent_bytes = 256 * 1024;   // TCP_NOTSENT_LOWAT of data connections (0: kernel's)
+  size_t tcp_unsent_bytes = 256 * 1024;   // TCP_NOTSENT_LOWAT while StragglAR runs (0: kernel's)
   bool profile = true;
   int profile_every = 16;
   int profile_window = 64;

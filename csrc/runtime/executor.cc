@@ -22,6 +22,7 @@ void Executor::run(const LoweredSchedule& plan, const CollectiveSpec& spec, void
   check_not_aborted(transport_, spec);
   publish(spec, Progress::kStarting, {});
   Stall stall(transport_, spec, start, timeout);
+  transport_.set_paced_sends(plan.ordered_sends);
   window_.start(plan, spec, static_cast<uint8_t*>(buf));
   int32_t doing_step = -1;
   std::string doing;

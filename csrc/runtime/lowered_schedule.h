@@ -56,7 +56,8 @@ struct LoweredSchedule {
   // A send waits until the sends of every earlier step have finished, to whichever peer. For
   // StragglAR over a network: a later round's send (its rounds each go to a new partner, the
   // straggler's own chunks are all ready at once) would otherwise share this rank's link with
-  // the round everybody waits for.
+  // the round everybody waits for. The executor paces the transport's sends for such plans
+  // (Transport::set_paced_sends), else a send finishes once the kernel has buffered it.
   bool ordered_sends = false;
   std::vector<LoweredStep> steps;
 };

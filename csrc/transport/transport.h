@@ -203,6 +203,12 @@ class Transport {
   // True if progress(RecvOp&) honours RecvOp::limit (else the executor stages such receives).
   virtual bool supports_recv_limit() const { return false; }
 
+  // Whether the next runs' sends should finish only when their bytes are about to leave, so
+  // that sends issued one after another to different peers leave in that order (a plan with
+  // LoweredSchedule::ordered_sends). TCP then holds few bytes unsent per socket; shared memory
+  // has nothing to do. Called between runs by the thread that runs them.
+  virtual void set_paced_sends(bool /*paced*/) {}
+
   // Arrival board for dynamic straggler agreement, or nullptr if this transport has none.
   virtual ArrivalBoard* arrival_board() { return nullptr; }
   // Buffers for the one-shot all_reduce, or nullptr if this transport has none (every rank

@@ -297,13 +297,19 @@ TEST(TcpTransport, FullDuplexExchangeDoesNotDeadlock) {
   testing::check_full_duplex_exchange(tcp_maker(small_options()), 16 * 1024 * 1024 + 17);
 }
 
-// TCP_NOTSENT_LOWAT (TcpOptions::unsent_bytes) on the data sockets: sends still finish when the
-// kernel may hold only a few KiB unsent.
-TEST(TcpTransport, FullDuplexExchangeWithASmallUnsentLimit) {
+// Paced sends (TCP_NOTSENT_LOWAT = TcpOptions::unsent_bytes on the data sockets): sends still
+// finish when the kernel may hold only a few KiB unsent.
+TEST(TcpTransport, FullDuplexExchangeWithPacedSends) {
   TcpOptions o;
   o.unsent_bytes = 4096;
   o.setup_timeout = std::chrono::seconds(20);
-  testing::check_full_duplex_exchange(tcp_maker(o), 4 * 1024 * 1024 + 17);
+  testing::check_full_duplex_exchange(
+      [o](Rendezvous& rdv, int r, int n) {
+        auto t = std::make_unique<TcpTransport>(rdv, "tcp", r, n, o);
+        t->set_paced_sends(true);
+        return t;
+      },
+      4 * 1024 * 1024 + 17);
 }
 
 TEST(TcpSocket, UnsentLimitIsTheSocketsNotsentLowat) {

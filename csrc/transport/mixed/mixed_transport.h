@@ -103,6 +103,7 @@ class MixedTransport final : public GroupTransport {
   // The sub-transports (shm is null when this rank is alone on its host).
   const ShmTransport* shm() const { return shm_.get(); }
   const TcpTransport& tcp() const { return *tcp_; }
+  void set_paced_sends(bool paced) override { tcp_->set_paced_sends(paced); }
   // Wake-ups the helper thread passed between the sub-transports (0 without shm).
   uint64_t relayed_wakeups() const;
   // Times the executor's thread waited for the helper to leave TCP's wait (release_tcp()).

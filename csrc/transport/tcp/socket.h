@@ -44,7 +44,8 @@ class Fd {
 Fd make_stream_socket(int family, int send_buffer, int recv_buffer, const std::string& context);
 
 void set_no_delay(int fd);
-// TCP_NOTSENT_LOWAT: the socket takes more bytes only while fewer than `bytes` wait unsent.
+// TCP_NOTSENT_LOWAT: the socket takes more bytes only while fewer than `bytes` wait unsent
+// (0: the kernel's net.ipv4.tcp_notsent_lowat).
 void set_unsent_limit(int fd, size_t bytes);
 
 // Outcome of one non-blocking send or receive (EINTR is retried inside).

@@ -40,9 +40,6 @@ TcpTransport::TcpTransport(Rendezvous& rdv, const std::string& key_prefix, int r
   listen_address_ = mesh.listen_address;
   peers_.reserve(size_);
   for (int q = 0; q < size_; ++q) {
-    if (q != rank_ && options_.unsent_bytes > 0) {
-      tcp::set_unsent_limit(mesh.data[q].get(), options_.unsent_bytes);
-    }
     peers_.push_back(
         Peer{tcp::DataConnection(std::move(mesh.data[q]), rank_, q, options_.staging_bytes),
              tcp::ControlConnection(std::move(mesh.control[q]))});
@@ -88,6 +85,16 @@ void TcpTransport::hung_up_locked(int peer) {
 
 // ------------------------------------------------------------------------------------------------
 // Data plane
+
+void TcpTransport::set_paced_sends(bool paced) {
+  paced = paced && options_.unsent_bytes > 0;
+  if (paced == paced_) return;
+  paced_ = paced;
+  for (int q = 0; q < size_; ++q) {
+    // 0 restores the kernel's limit (net.ipv4.tcp_notsent_lowat).
+    if (q != rank_) tcp::set_unsent_limit(peers_[q].data.fd(), paced ? options_.unsent_bytes : 0);
+  }
+}
 
 bool TcpTransport::progress(SendOp& op) {
   if (op.done) return false;

@@ -62,10 +62,11 @@ struct TcpOptions {
   size_t staging_bytes = 512 * 1024;  // receive staging per peer (at least 4 KiB, 64-byte multiple)
   int socket_send_buffer = 0;         // SO_SNDBUF bytes; 0 keeps the kernel's autotuning
   int socket_recv_buffer = 0;         // SO_RCVBUF bytes; 0 keeps the kernel's autotuning
-  // TCP_NOTSENT_LOWAT of the data connections (0: the kernel's, unlimited): a send finishes
-  // when at most this many of its bytes wait unsent. Without it a send to a new peer finished as
-  // soon as the kernel buffered it, the executor's window slid on, and every later round's send
-  // shared the link with the round everybody waited for.
+  // TCP_NOTSENT_LOWAT of the data connections while sends are paced (set_paced_sends; 0: never
+  // limit): a send finishes when at most this many of its bytes wait unsent. Unpaced, a send to
+  // a new peer finished as soon as the kernel buffered it, the executor's window slid on, and
+  // StragglAR's later rounds shared the link with the round everybody waited for. Not always on:
+  // Ring and OptCC lose the kernel's buffering behind a slow link.
   size_t unsent_bytes = 256 * 1024;
 };
 
@@ -84,6 +85,8 @@ class TcpTransport final : public GroupTransport {
   // A send copies its bytes into the socket before op.sent counts them, so a receive may land
   // whatever a send of the same step has counted (RecvOp::limit).
   bool supports_recv_limit() const override { return true; }
+  // TCP_NOTSENT_LOWAT = options().unsent_bytes on every data connection, or the kernel's.
+  void set_paced_sends(bool paced) override;
 
   // On op.peer's data connection; finding it ended marks the peer dead.
   bool progress(SendOp& op) override;
@@ -134,6 +137,7 @@ class TcpTransport final : public GroupTransport {
   bool handle_poll_results();  // true if a data connection or the wake fd had news
 
   TcpOptions options_;
+  bool paced_ = false;
   std::string listen_address_;
   std::vector<Peer> peers_;  // indexed by rank; our own entry stays unused
   std::unique_ptr<tcp::Activity> activity_;
