@@ -125,6 +125,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    "of the gradient on the healthy network)")
     p.add_argument("--straggler-mode", choices=("sleep", "busy"), default="sleep",
                    help="how the late rank spends D: sleep (default) or spin")
+    p.add_argument("--slow-start-after-idle", action="store_true",
+                   help="keep the kernel's net.ipv4.tcp_slow_start_after_idle = 1 on the emulated "
+                   "hosts (default 0, as clusters tuned for training run)")
     p.add_argument("--alpha", type=float, default=50e-6,
                    help="the cost model's latency per round, s (default 50e-6)")
     p.add_argument("--timeout", type=float, default=600.0,
@@ -290,7 +293,8 @@ def collect(args: argparse.Namespace) -> dict[str, Any]:
             doc["clusters"].append(cluster)
             eprint(f"training: {hosts} hosts x {args.nproc_per_node} at {args.rate}, "
                    f"D = {delay * 1e3:.1f} ms")
-            with EmuCluster(hosts=hosts, rate=args.rate, name=f"trn{os.getpid()}") as c:
+            with EmuCluster(hosts=hosts, rate=args.rate, name=f"trn{os.getpid()}",
+                            slow_start_after_idle=args.slow_start_after_idle) as c:
                 for name in args.scenario_list:
                     late, slow = scenario_hosts(name, hosts, args)
                     sc: dict[str, Any] = {"name": name, "late_host": late, "slow_host": slow,

@@ -294,11 +294,17 @@ def test_job_environment(cluster: Any) -> None:
         }
 
 
-def test_hosts_run_reno_unless_told_otherwise(emu: Any, cluster: Any) -> None:
+def test_hosts_run_reno_without_slow_start_after_idle_unless_told_otherwise(emu: Any, cluster: Any) -> None:
     for h in range(3):
         done = cluster.exec(h, ["cat", "/proc/sys/net/ipv4/tcp_congestion_control"])
         assert done.stdout.strip() == "reno", done
     assert {h["congestion"] for h in cluster.status()["hosts"]} == {"reno"}
+    for h in range(3):  # tuned as training clusters are, unless told otherwise
+        done = cluster.exec(h, ["cat", "/proc/sys/net/ipv4/tcp_slow_start_after_idle"])
+        assert done.stdout.strip() == "0", done
+    assert not any(h["slow_start_after_idle"] for h in cluster.status()["hosts"])
+    with emu.EmuCluster(hosts=1, rate=None, name=_emu.new_name(), slow_start_after_idle=True) as c:
+        assert c.exec(0, ["cat", "/proc/sys/net/ipv4/tcp_slow_start_after_idle"]).stdout.strip() == "1"
     with pytest.raises(emu.EmuClusterError, match="cannot set TCP congestion control 'nosuchcc'"):
         with emu.EmuCluster(hosts=1, rate="100mbit", name=_emu.new_name(), congestion="nosuchcc"):
             pass

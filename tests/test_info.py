@@ -74,6 +74,8 @@ def test_settings_in_force_come_from_the_environment(tmp_path: Path) -> None:
     assert info["transport"]["setting"] == "tcp"
     assert info["transport"]["ranks_on_this_host"] == "tcp"
     assert info["transport"]["tcp_advertised_address"] == "127.0.0.1"
+    idle = Path("/proc/sys/net/ipv4/tcp_slow_start_after_idle").read_text().strip()
+    assert info["transport"]["tcp_slow_start_after_idle"] is (idle == "1")
 
 
 def test_invalid_setting_is_reported_not_raised(tmp_path: Path) -> None:

@@ -260,11 +260,16 @@ def transport(config: dict[str, Any] | None) -> dict[str, Any]:
         "ipc_namespace": _namespace_inode("ipc"),
     }
     advertised = (config or {}).get("tcp_host") or ""
+    idle = _read("/proc/sys/net/ipv4/tcp_slow_start_after_idle")
     store_host = os.environ.get("MASTER_ADDR", "").strip()
     out: dict[str, Any] = {
         "setting": mode,
         "host_identity": identity,
         "tcp_advertised_address": advertised or None,
+        # 1 (the kernel's default): a TCP connection idle for longer than its retransmission
+        # timeout restarts slow start, so every collective that reaches a peer it has not
+        # talked to for a while (StragglAR's rounds) starts that transfer slowly.
+        "tcp_slow_start_after_idle": None if idle is None else idle == "1",
         "tcp_address_source": (
             "STRAGG_TCP_HOST"
             if advertised

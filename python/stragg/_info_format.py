@@ -136,6 +136,9 @@ def format_text(info: dict[str, Any]) -> str:
             ("host identity", host),
             ("TCP address", t["tcp_advertised_address"] or t["tcp_address_source"]),
         ]
+        if t.get("tcp_slow_start_after_idle"):
+            rows.append(("TCP tuning", "net.ipv4.tcp_slow_start_after_idle = 1: idle connections "
+                         "restart slow start (set it to 0 on every host, docs/settings.md)"))
         if "probe" in t:
             rows.append(("probe (2 ranks here)", _probe_desc(t["probe"])))
         out += _section("Transport", rows)

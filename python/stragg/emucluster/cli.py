@@ -56,6 +56,8 @@ def _describe(status: dict[str, Any]) -> str:
         lines.append("  every packet: " + ", ".join(extra))
     ccs = sorted({h.get("congestion", "unknown") for h in status["hosts"]})
     lines.append(f"  TCP congestion control: {', '.join(ccs)}")
+    idle = sorted({str(int(h.get("slow_start_after_idle", True))) for h in status["hosts"]})
+    lines.append(f"  net.ipv4.tcp_slow_start_after_idle: {', '.join(idle)}")
     lines.append(f"  MASTER_ADDR={status['master_addr']} MASTER_PORT={status['master_port']}")
     return "\n".join(lines)
 
@@ -81,6 +83,12 @@ def _add_shape_args(p: argparse.ArgumentParser, required: bool) -> None:
         default=net.DEFAULT_CONGESTION,
         help=f"hosts' TCP congestion control (default {net.DEFAULT_CONGESTION}; 'system': the "
         "machine's default)",
+    )
+    p.add_argument(
+        "--slow-start-after-idle",
+        action="store_true",
+        help="keep the kernel's net.ipv4.tcp_slow_start_after_idle = 1 on the hosts (default 0, "
+        "as clusters tuned for training run)",
     )
 
 
@@ -151,6 +159,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
             args.subnet,
             args.port,
             args.congestion,
+            args.slow_start_after_idle,
         )
     else:
         cluster = EmuCluster.attach(args.name or DEFAULT_NAME)
@@ -183,6 +192,7 @@ def _dispatch(args: argparse.Namespace) -> int:
             args.subnet,
             args.port,
             args.congestion,
+            args.slow_start_after_idle,
         ).up()
         status = c.status()
         print(json.dumps(status, indent=1) if args.json else _describe(status))

@@ -91,6 +91,7 @@ class EmuCluster:
         subnet: str = net.DEFAULT_SUBNET,
         master_port: int = DEFAULT_PORT,
         congestion: str = net.DEFAULT_CONGESTION,
+        slow_start_after_idle: bool = False,
     ) -> None:
         self.name = net.check_name(name)
         if int(hosts) < 1:
@@ -105,6 +106,8 @@ class EmuCluster:
         self.subnet = subnet
         self.master_port = int(master_port)
         self.congestion = str(congestion)  # every host's TCP congestion control ('system': as is)
+        # The hosts' net.ipv4.tcp_slow_start_after_idle (off: as tuned training clusters run).
+        self.slow_start_after_idle = bool(slow_start_after_idle)
         self._hosts: list[Host] = []
         self._jobs: list[Job] = []
         self._owner = True  # False when attached to a cluster made by an earlier `up`
@@ -132,6 +135,7 @@ class EmuCluster:
             state["subnet"],
             state["master_port"],
             state.get("congestion", "system"),
+            state.get("slow_start_after_idle", True),
         )
         c._hosts = [Host(**h) for h in state["hosts"]]
         c._owner = False
@@ -143,6 +147,7 @@ class EmuCluster:
         try:
             self._hosts = net.create(self.name, self.size, self.subnet)
             net.set_congestion(self._hosts, self.congestion)
+            net.set_slow_start_after_idle(self._hosts, self.slow_start_after_idle)
             for h in list(self._hosts):
                 self._apply_shape(h.rank, self.factors.get(h.rank, 1.0))
             self._save()
@@ -244,6 +249,7 @@ class EmuCluster:
         state = self._state()
         for h in state["hosts"]:
             h["congestion"] = net.congestion_of(self.host(h["rank"]))
+            h["slow_start_after_idle"] = net.slow_start_after_idle_of(self.host(h["rank"]))
             h["rate_bit"] = self.rate_of(h["rank"])
             h["link"] = "cut" if self.is_cut(h["rank"]) else "up"
         return state
@@ -259,6 +265,7 @@ class EmuCluster:
             "subnet": self.subnet,
             "master_port": self.master_port,
             "congestion": self.congestion,
+            "slow_start_after_idle": self.slow_start_after_idle,
             "switch_netns": net.switch_ns(self.name),
             "master_addr": self.master_addr,
             "hosts": [dict(vars(h)) for h in self.hosts],

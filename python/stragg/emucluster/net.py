@@ -21,6 +21,10 @@ namespaces would inherit the machine's default, which may be bbr, and BBR (v1) l
 shaped links partly idle whenever flows start and stop (docs/benchmarks.md, "Emulated links").
 A namespace may only pick a congestion control the machine allows unprivileged users (reno
 always; cubic not always), so reno it is: at these sub-millisecond RTTs it behaves like cubic.
+Hosts also run with tcp_slow_start_after_idle = 0, as clusters tuned for distributed training
+do (set_slow_start_after_idle): with the kernel's 1, a connection idle for longer than its
+retransmission timeout (200 ms or more) restarts slow start, which costs every collective that
+talks to a peer again after a pause.
 
 A cut takes the switch-side port h<i> down: host i's eth0 loses its carrier (as a NIC whose cable
 is pulled) and every packet between host i and the others vanishes without an error, RST or ICMP
@@ -379,6 +383,21 @@ def set_congestion(hosts: list[Host], algorithm: str) -> None:
                 f"(the machine allows namespaces: {allowed or 'unknown'}; 'system' keeps the "
                 f"machine's default): {done.stderr.strip()}"
             )
+
+
+SLOW_START_AFTER_IDLE_SYSCTL = "/proc/sys/net/ipv4/tcp_slow_start_after_idle"
+
+
+def set_slow_start_after_idle(hosts: list[Host], on: bool) -> None:
+    """Every host's tcp_slow_start_after_idle (per namespace; the kernel's default is on)."""
+    for h in hosts:
+        _cmd(["ip", "netns", "exec", h.netns, "sh", "-c",
+              f"echo {int(on)} > {SLOW_START_AFTER_IDLE_SYSCTL}"])
+
+
+def slow_start_after_idle_of(host: Host) -> bool:
+    out = _cmd(["ip", "netns", "exec", host.netns, "cat", SLOW_START_AFTER_IDLE_SYSCTL], check=False)
+    return out.stdout.strip() == "1"
 
 
 def congestion_of(host: Host) -> str:
