@@ -358,6 +358,16 @@ def create(name: str, count: int, subnet: str = DEFAULT_SUBNET) -> list[Host]:
 
 
 CONGESTION_SYSCTL = "/proc/sys/net/ipv4/tcp_congestion_control"
+
+
+def _write_sysctl(host: Host, path: str, value: str, check: bool = True) -> subprocess.CompletedProcess:
+    """Writes `value` to the /proc/sys file `path` inside host's namespace."""
+    return _cmd(["ip", "netns", "exec", host.netns, "sh", "-c", f"echo {value} > {path}"], check)
+
+
+def _read_sysctl(host: Host, path: str) -> str:
+    """The /proc/sys file `path` inside host's namespace ('' if unreadable)."""
+    return _cmd(["ip", "netns", "exec", host.netns, "cat", path], check=False).stdout.strip()
 DEFAULT_CONGESTION = "reno"
 
 
@@ -368,10 +378,7 @@ def set_congestion(hosts: list[Host], algorithm: str) -> None:
     if not re.fullmatch(r"[a-z0-9_]+", algorithm):
         raise EmuClusterError(f"bad congestion control {algorithm!r}")
     for h in hosts:
-        done = _cmd(
-            ["ip", "netns", "exec", h.netns, "sh", "-c", f"echo {algorithm} > {CONGESTION_SYSCTL}"],
-            check=False,
-        )
+        done = _write_sysctl(h, CONGESTION_SYSCTL, algorithm, check=False)
         if done.returncode != 0:
             try:
                 with open("/proc/sys/net/ipv4/tcp_allowed_congestion_control") as f:
@@ -391,18 +398,15 @@ SLOW_START_AFTER_IDLE_SYSCTL = "/proc/sys/net/ipv4/tcp_slow_start_after_idle"
 def set_slow_start_after_idle(hosts: list[Host], on: bool) -> None:
     """Every host's tcp_slow_start_after_idle (per namespace; the kernel's default is on)."""
     for h in hosts:
-        _cmd(["ip", "netns", "exec", h.netns, "sh", "-c",
-              f"echo {int(on)} > {SLOW_START_AFTER_IDLE_SYSCTL}"])
+        _write_sysctl(h, SLOW_START_AFTER_IDLE_SYSCTL, str(int(on)))
 
 
 def slow_start_after_idle_of(host: Host) -> bool:
-    out = _cmd(["ip", "netns", "exec", host.netns, "cat", SLOW_START_AFTER_IDLE_SYSCTL], check=False)
-    return out.stdout.strip() == "1"
+    return _read_sysctl(host, SLOW_START_AFTER_IDLE_SYSCTL) == "1"
 
 
 def congestion_of(host: Host) -> str:
-    out = _cmd(["ip", "netns", "exec", host.netns, "cat", CONGESTION_SYSCTL], check=False)
-    return out.stdout.strip() or "unknown"
+    return _read_sysctl(host, CONGESTION_SYSCTL) or "unknown"
 
 
 def _write_hosts_files(name: str, hosts: list[Host]) -> None:
