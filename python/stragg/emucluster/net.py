@@ -360,7 +360,9 @@ def create(name: str, count: int, subnet: str = DEFAULT_SUBNET) -> list[Host]:
 CONGESTION_SYSCTL = "/proc/sys/net/ipv4/tcp_congestion_control"
 
 
-def _write_sysctl(host: Host, path: str, value: str, check: bool = True) -> subprocess.CompletedProcess:
+def _write_sysctl(
+    host: Host, path: str, value: str, check: bool = True
+) -> subprocess.CompletedProcess:
     """Writes `value` to the /proc/sys file `path` inside host's namespace."""
     return _cmd(["ip", "netns", "exec", host.netns, "sh", "-c", f"echo {value} > {path}"], check)
 
