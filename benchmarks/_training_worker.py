@@ -7,7 +7,10 @@ model and data options, steps, late host and delay, result path; see training.py
 Plain DistributedDataParallel on the demo's transformer (examples/finetune.py: build_model,
 make_batches), one gradient bucket (one all_reduce per step), AdamW, seeds fixed so that every
 backend trains the same model on the same data. The late process (local rank 0 on the late host)
-waits D between its forward and its backward pass, so it is late for every gradient all_reduce.
+is late for every gradient all_reduce: with late_at "allreduce" every rank runs DDP with torch's
+allreduce comm hook and the late one waits D in it, when its gradient is ready (it arrives D
+late); with "backward" it waits D between its forward and its backward pass (on hosts that share
+cores its backward then runs faster than the others', so it arrives less than D late).
 
 Per step and rank: the step's wall time (end of the previous step to the end of this one), and
 its parts: forward, the late rank's wait, backward compute (to the last gradient accumulated:
@@ -33,6 +36,7 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
+from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -156,6 +160,7 @@ def main() -> None:
     local = int(os.environ.get("LOCAL_RANK", 0))
     late = cfg["late_host"] is not None and host == cfg["late_host"] and local == 0
     delay_s = float(cfg["delay_s"]) if late else 0.0
+    late_at = cfg.get("late_at", "backward")
     # Who is where: torchrun's c10d rendezvous numbers the hosts by address string, so rank and
     # host index can differ (e.g. beyond 9 hosts): the launcher's model needs the ranks.
     where: list[Any] = [None] * world
@@ -176,6 +181,18 @@ def main() -> None:
             p.register_post_accumulate_grad_hook(grad_ready)
     # One bucket: the whole gradient is one all_reduce per step, issued when backward ends.
     ddp = DDP(model, bucket_cap_mb=grad_bytes / 2**20 + 1.0)
+    hook_wait = [0.0]  # the late rank's wait in the comm hook, this step
+
+    def late_allreduce_hook(state, bucket):  # type: ignore[no-untyped-def]
+        # No annotations: DDP compares them with dist.GradBucket, and this module's are strings.
+        if late and delay_s > 0:
+            t = time.perf_counter()
+            wait(delay_s, cfg["straggler_mode"])
+            hook_wait[0] += time.perf_counter() - t
+        return default_hooks.allreduce_hook(state, bucket)
+
+    if late_at == "allreduce":
+        ddp.register_comm_hook(None, late_allreduce_hook)
     opt = torch.optim.AdamW(ddp.parameters(), lr=cfg["lr"], weight_decay=0.0)
     batches = ft.make_batches(margs, rank)
 
@@ -196,9 +213,10 @@ def main() -> None:
         t0 = time.perf_counter()
         loss = ddp(input_ids=x, labels=x).loss
         t1 = time.perf_counter()
-        if late and delay_s > 0:
+        if late and delay_s > 0 and late_at == "backward":
             wait(delay_s, cfg["straggler_mode"])
         t2 = last_grad[0] = time.perf_counter()
+        hook_wait[0] = 0.0
         loss.backward()  # DDP all_reduces the one bucket when the last gradient is ready
         t3 = time.perf_counter()
         opt.step()
@@ -206,7 +224,9 @@ def main() -> None:
         losses[step] = float(loss.detach())
         t4 = time.perf_counter()
         tg = max(last_grad[0], t2)
-        rec[step] = torch.tensor([t4 - t_prev, t1 - t0, t2 - t1, tg - t2, t3 - tg, t4 - t3],
+        hw = hook_wait[0]
+        rec[step] = torch.tensor([t4 - t_prev, t1 - t0, t2 - t1 + hw, tg - t2, t3 - tg - hw,
+                                  t4 - t3],
                                  dtype=torch.float64)
         t_prev = t4
         if rank == 0 and cfg.get("progress_every") and (step + 1) % cfg["progress_every"] == 0:

@@ -14,8 +14,11 @@ For each P in --hosts one cluster is built, and every scenario runs every backen
 torchrun job (fresh processes: stragg's profiler starts from nothing):
 
   healthy    every link at --rate, nobody late
-  late       the rank on host L (default P-1) waits D between its forward and backward pass,
-             every step (--straggler-mode sleep: each emulated host would have its own CPU)
+  late       the rank on host L (default P-1) is D late for every gradient all_reduce: it waits
+             D when its gradient is ready, before its all_reduce (--late-at allreduce: a DDP
+             comm hook, on every rank torch's allreduce_hook) or between its forward and
+             backward pass (--late-at backward); --straggler-mode sleep (default: each emulated
+             host would have its own CPU) or busy
   nic        host H's link (default P-3) at rate/l (l = --slowdown, default 2)
   both       the late rank on host L and the slow link on host H != L
   both-same  the late rank and the slow link on the same host (H = L)
@@ -125,6 +128,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    "of the gradient on the healthy network)")
     p.add_argument("--straggler-mode", choices=("sleep", "busy"), default="sleep",
                    help="how the late rank spends D: sleep (default) or spin")
+    p.add_argument("--late-at", choices=("allreduce", "backward"), default="allreduce",
+                   help="where the late rank waits D: at its all_reduce (default; every rank "
+                   "runs DDP with torch's allreduce comm hook) or before its backward pass (its "
+                   "backward then runs on cores the others left idle: it arrives less than D "
+                   "late on a machine whose hosts share cores)")
     p.add_argument("--slow-start-after-idle", action="store_true",
                    help="keep the kernel's net.ipv4.tcp_slow_start_after_idle = 1 on the emulated "
                    "hosts (default 0, as clusters tuned for training run)")
@@ -328,6 +336,7 @@ def job_config(args: argparse.Namespace, backend: str, scenario: str, late: int 
     return {
         "backend": backend, "scenario": scenario, "late_host": late, "slow_host": slow,
         "delay_s": delay if late is not None else 0.0, "straggler_mode": args.straggler_mode,
+        "late_at": args.late_at,
         "steps": args.steps, "seed": args.seed, "model": args.model, "vocab": args.vocab,
         "seq": args.seq, "d_model": args.d_model, "layers": args.layers, "heads": args.heads,
         "batch": args.batch, "lr": args.lr, "timeout_s": args.timeout, "result": result,
@@ -574,7 +583,8 @@ def print_tables(doc: dict[str, Any], out: Any = None) -> None:
         say(f"\n== {cl['hosts']} hosts x {cfg['nproc_per_node']} rank, {cfg['rate']} "
             f"(goodput {doc['goodput']}), {doc['model']} {doc['params'] / 1e6:.2f} M params, "
             f"gradient {doc['grad_bytes'] / 2**20:.2f} MiB, D = {cl['delay_s'] * 1e3:.1f} ms "
-            f"({cfg['straggler_mode']}), l = {cfg['slowdown']:g}, {cfg['steps']} steps, "
+            f"({cfg['straggler_mode']} at {cfg.get('late_at', 'backward')}), "
+            f"l = {cfg['slowdown']:g}, {cfg['steps']} steps, "
             f"tail {tail}, reps {cfg['reps']}")
         say(f"step time (s, rank 0): median of the last {tail} steps [IQR; min-max]")
         head = f"{'scenario':<10} {'late':>4} {'slow':>4} "

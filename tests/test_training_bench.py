@@ -2,8 +2,8 @@
 
 One run of the benchmark (4 hosts at 200 Mbit/s, a small transformer, 60 steps, Gloo next to
 stragg's defaults) in two scenarios:
-- late: the rank on host 3 waits 60 ms before every backward pass; stragg's profiler adopts it
-  as the straggler and runs StragglAR for it;
+- late: the rank on host 3 waits 60 ms before every gradient all_reduce (in DDP's comm hook);
+  stragg's profiler adopts it as the straggler and runs StragglAR for it;
 - nic: host 1's link runs at half rate; stragg's link probes name rank 1 as degraded (factor
   2 shaped, read above 1.2 when OptCC is adopted) and run OptCC for it.
 In both, every step's loss equals Gloo's within 1e-5 (relative). Timings are not asserted (see
