@@ -72,7 +72,14 @@ const PlanMode& PlanCheck::update(const PlanMode& proposed, double period_s, uin
     want.straggler = -1;
   }
   if (!want.degraded.empty() && degraded_veto_.holds(ranks_of(want.degraded), exchange)) {
-    want.degraded.clear();
+    // A vetoed set keeps the degraded ranks that run now and are still proposed (at their
+    // latest factors): a failed trial of {5, 6, 12} goes back to {5}, which passed its own.
+    const std::vector<int> now = ranks_of(current_.degraded);
+    std::vector<Slowdown> kept;
+    for (const Slowdown& d : want.degraded) {
+      if (std::binary_search(now.begin(), now.end(), d.rank)) kept.push_back(d);
+    }
+    want.degraded = std::move(kept);
   }
   const bool straggler_moves = want.straggler != current_.straggler;
   const bool degraded_moves = ranks_of(want.degraded) != ranks_of(current_.degraded);

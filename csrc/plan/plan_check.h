@@ -5,10 +5,12 @@
 // (it describes lock-step rounds; a pipelined TCP Ring beats that, StragglAR over TCP may not).
 // So every such move is a trial: the batch of calls after it is timed (wall time per call on the
 // ranks, the job's own compute included, probes and exchanges left out) against the batch
-// before it. If the new plan made the job slower (by more than kTolerance), the move is undone and that straggler / that
-// set of degraded ranks is not tried again for a while (4 exchanges, doubling with every failed
-// trial of the same change, at most 64). Moves back to the plain plan (no straggler, no degraded
-// link) need no trial. Every input is exchanged, so every rank takes the same decisions.
+// before it. If the new plan made the job slower (by more than kTolerance), the move is undone
+// and that straggler / that set of degraded ranks is not tried again for a while (4 exchanges,
+// doubling with every failed trial of the same change, at most 64); while a set of degraded
+// ranks is vetoed, those of its ranks that ran before it keep running (a failed {5, 6, 12} goes
+// back to {5}, not to Ring). Moves back to the plain plan (no straggler, no degraded link) need
+// no trial. Every input is exchanged, so every rank takes the same decisions.
 #pragma once
 
 #include <cstdint>

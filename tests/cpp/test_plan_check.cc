@@ -101,5 +101,37 @@ TEST(PlanCheck, BothAtOnceAreUndoneTogether) {
   EXPECT_TRUE(c.update(degraded(5, 2.0), 0.90, 5, 80).plain());
 }
 
+TEST(PlanCheck, AFailedLargerSetGoesBackToTheSetThatPassed) {
+  // 16 hosts, host 5 at half rate: OptCC for rank 5 paid; a later probe also named 6 and 12,
+  // which made the calls slower. Undone, the group runs OptCC for rank 5 again, not Ring.
+  PlanCheck c;
+  c.update(PlanMode{}, 2.2, 1, 16);
+  c.update(degraded(5, 1.9), 2.2, 2, 32);
+  c.update(degraded(5, 1.9), 1.74, 3, 48);  // kept
+  PlanMode three;
+  three.degraded = {{5, 1.9}, {6, 1.1}, {12, 1.07}};
+  EXPECT_EQ(c.update(three, 1.74, 4, 64).degraded.size(), 3u);  // tried
+  const PlanMode& back = c.update(three, 2.1, 5, 80);            // slower: undone
+  EXPECT_EQ(back.describe(), "degraded 5 (l = 1.9)");
+  EXPECT_FALSE(c.records().back().kept);
+  // While the larger set is vetoed, the probes' proposal keeps rank 5 at its latest factor.
+  three.degraded[0].factor = 1.95;
+  const PlanMode& still = c.update(three, 1.74, 6, 96);
+  EXPECT_EQ(still.describe(), "degraded 5 (l = 1.95)");
+  EXPECT_FALSE(c.in_trial());
+  // With a straggler: the failed degraded set goes back to the mode before it.
+  PlanCheck d;
+  PlanMode both = straggler(7);
+  both.degraded = {{5, 2.05}};
+  d.update(PlanMode{}, 2.3, 1, 16);
+  d.update(both, 2.3, 2, 32);
+  d.update(both, 2.1, 3, 48);  // kept
+  PlanMode more = both;
+  more.degraded.push_back({10, 1.15});
+  d.update(more, 2.1, 4, 64);
+  EXPECT_EQ(d.update(more, 2.4, 5, 80).describe(), "straggler 7, degraded 5 (l = 2.05)");
+  EXPECT_EQ(d.update(more, 2.1, 6, 96).describe(), "straggler 7, degraded 5 (l = 2.05)");
+}
+
 }  // namespace
 }  // namespace stragg
