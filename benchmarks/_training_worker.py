@@ -160,7 +160,7 @@ def main() -> None:
     local = int(os.environ.get("LOCAL_RANK", 0))
     late = cfg["late_host"] is not None and host == cfg["late_host"] and local == 0
     delay_s = float(cfg["delay_s"]) if late else 0.0
-    late_at = cfg.get("late_at", "backward")
+    late_at = cfg["late_at"]
     # Who is where: torchrun's c10d rendezvous numbers the hosts by address string, so rank and
     # host index can differ (e.g. beyond 9 hosts): the launcher's model needs the ranks.
     where: list[Any] = [None] * world
