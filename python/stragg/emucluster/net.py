@@ -357,9 +357,6 @@ def create(name: str, count: int, subnet: str = DEFAULT_SUBNET) -> list[Host]:
     return hosts
 
 
-CONGESTION_SYSCTL = "/proc/sys/net/ipv4/tcp_congestion_control"
-
-
 def _write_sysctl(
     host: Host, path: str, value: str, check: bool = True
 ) -> subprocess.CompletedProcess:
@@ -370,6 +367,9 @@ def _write_sysctl(
 def _read_sysctl(host: Host, path: str) -> str:
     """The /proc/sys file `path` inside host's namespace ('' if unreadable)."""
     return _cmd(["ip", "netns", "exec", host.netns, "cat", path], check=False).stdout.strip()
+
+
+CONGESTION_SYSCTL = "/proc/sys/net/ipv4/tcp_congestion_control"
 DEFAULT_CONGESTION = "reno"
 
 
