@@ -76,7 +76,7 @@ EOF
 
 echo "check_installed: benchmarks/allreduce.py (tiny sizes)"
 "$PY" benchmarks/allreduce.py --ranks 2 --sizes 4KiB,256KiB --iters 5 --warmup 1 --budget 0 \
-  --json > allreduce.json
+  --reps 1 --json > allreduce.json
 "$PY" - allreduce.json <<'EOF'
 import json, sys
 rows = json.load(open(sys.argv[1]))

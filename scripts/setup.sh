@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
 # Sets up a fresh machine for stragg: system packages, a virtual environment in .venv with
 # torch==2.13.0 (CPU) and the test tools, and stragg built against that torch and installed
-# from its wheel (STRAGG_EDITABLE=1: editable).
+# from its wheel (STRAGG_EDITABLE=1: editable). `--system` installs the system packages only
+# (what the C++ suites need: scripts/test.sh builds them while the rest of the setup runs).
 # Idempotent: re-running only rebuilds what changed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+SYSTEM_ONLY=0
+[ "${1:-}" = --system ] && SYSTEM_ONLY=1
 
 APT_PACKAGES="cmake g++ libgtest-dev nlohmann-json3-dev"
 missing=""
@@ -31,6 +34,7 @@ if [ -n "$mpi_missing" ]; then
   { $SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq \
       $mpi_missing; } || echo "setup: warning: OpenMPI not installed; the benchmark skips MPI"
 fi
+[ $SYSTEM_ONLY = 1 ] && exit 0
 
 PYTHON=${PYTHON:-python3}
 if [ ! -x .venv/bin/python ]; then
@@ -43,8 +47,8 @@ PY=.venv/bin/python
 "$PY" -m pip install -q "torch==${STRAGG_TORCH_VERSION:-2.13.0}"
 # transformers and matplotlib: examples/finetune.py (the model, its figure). The torch pin is
 # repeated so that resolving their dependencies can never swap the torch installed above.
-"$PY" -m pip install -q numpy pytest pybind11 ninja "transformers==5.23.0" "matplotlib==3.11.2" \
-  "torch==${STRAGG_TORCH_VERSION:-2.13.0}"
+"$PY" -m pip install -q numpy pytest "pytest-xdist==3.8.0" pybind11 ninja "transformers==5.23.0" \
+  "matplotlib==3.11.2" "torch==${STRAGG_TORCH_VERSION:-2.13.0}"
 # stragg.integrations (examples/lightning_ddp.py, hf_trainer.py, torchft_replicas.py and their
 # tests) and torch's own distributed test suite (expecttest). Pinned to versions that accept
 # torch 2.13.0; the torch pin is repeated so that none of them can replace it.

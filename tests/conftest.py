@@ -31,6 +31,9 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    # Slow tests first (stable: files keep their order): with pytest-xdist they then run beside
+    # the many short ones instead of leaving one worker alone with a long tail.
+    items.sort(key=lambda item: "slow" not in item.keywords)
     if BACKEND == "stragg" and _IMPORT_ERROR is not None:
         if os.environ.get("STRAGG_TEST_REQUIRE") == "1":
             return  # let every test fail loudly on the import

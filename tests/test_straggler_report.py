@@ -29,13 +29,14 @@ pytestmark = [pytest.mark.needs_backend, pytest.mark.stragg_only]
 NUMEL = 256 * 1024  # 1 MiB float32: StragglAR pays off there (see tests/test_profiler.py)
 DELAY_S = 0.03  # far above the arrival jitter of 4 ranks on a loaded 2-core host
 CALLS = 80  # a multiple of the exchange period: the last call ends a batch
-# Noise floor 2 ms: on a loaded 2-core host the arrival jitter of healthy ranks reaches a
-# millisecond; the injected 30 ms is far above it. The plan check is off (see test_profiler.py).
+# Noise floor 8 ms: with the test suite's other workers on the same 2 cores the arrival jitter
+# of healthy ranks passes 2 ms often (rank 1 then read last in 30% of a healthy run's calls); the
+# injected 30 ms is far above it. The plan check is off (see test_profiler.py).
 ENV = {
     "STRAGG_PROFILE_EVERY": "8",
     "STRAGG_PROFILE_WINDOW": "32",
     "STRAGG_PROFILE_PATIENCE": "2",
-    "STRAGG_PROFILE_NOISE_US": "2000",
+    "STRAGG_PROFILE_NOISE_US": "8000",
     "STRAGG_PLAN_CHECK": "0",
 }
 
@@ -105,7 +106,7 @@ def test_chronic_straggler_is_reported_identically(tmp_path: Path) -> None:
         if r["rank"] != 2:
             assert r["verdict"] != "chronic" and r["share_last"] < 0.1, r
     th = rep["thresholds"]
-    assert th["noise_floor_s"] == pytest.approx(0.002) and th["chronic_share"] == 0.5, th
+    assert th["noise_floor_s"] == pytest.approx(0.008) and th["chronic_share"] == 0.5, th
     # What the planner does about it: StragglAR for rank 2 since a call in the first window.
     planner = rep["planner"]
     assert planner["straggler"] == 2 and planner["since_call"] <= 40, planner
