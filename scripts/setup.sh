@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # Sets up a fresh machine for stragg: system packages, a virtual environment in .venv with
 # torch==2.13.0 (CPU) and the test tools, and stragg built against that torch and installed
-# from its wheel (STRAGG_EDITABLE=1: editable). `--system` installs the system packages only
-# (what the C++ suites need: scripts/test.sh builds them while the rest of the setup runs).
+# from its wheel (STRAGG_EDITABLE=1: editable). `--cpp` stops once the C++ suites can build:
+# system packages, .venv and (with nvcc) NCCL's headers in it (scripts/test.sh builds the C++
+# suites while the rest of the setup runs).
 # Idempotent: re-running only rebuilds what changed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-SYSTEM_ONLY=0
-[ "${1:-}" = --system ] && SYSTEM_ONLY=1
+CPP_ONLY=0
+[ "${1:-}" = --cpp ] && CPP_ONLY=1
 
 APT_PACKAGES="cmake g++ libgtest-dev nlohmann-json3-dev"
 missing=""
@@ -34,7 +35,6 @@ if [ -n "$mpi_missing" ]; then
   { $SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq \
       $mpi_missing; } || echo "setup: warning: OpenMPI not installed; the benchmark skips MPI"
 fi
-[ $SYSTEM_ONLY = 1 ] && exit 0
 
 PYTHON=${PYTHON:-python3}
 if [ ! -x .venv/bin/python ]; then
@@ -43,6 +43,12 @@ if [ ! -x .venv/bin/python ]; then
 fi
 PY=.venv/bin/python
 "$PY" -m pip install -q --upgrade "pip>=23" "setuptools>=64" wheel
+# GPU parts (kernels/): only where a CUDA compiler exists. NCCL's headers and library come from
+# its wheel (pinned: the NCCL ABI the GPU code is compiled against).
+if command -v nvcc >/dev/null 2>&1; then
+  "$PY" -m pip install -q "nvidia-nccl-cu13==2.32.3"
+fi
+[ $CPP_ONLY = 1 ] && exit 0
 # torch is pinned: the CPU wheel is on local disk here. Never let pip pick a newer torch.
 "$PY" -m pip install -q "torch==${STRAGG_TORCH_VERSION:-2.13.0}"
 # transformers and matplotlib: examples/finetune.py (the model, its figure). The torch pin is
@@ -57,11 +63,6 @@ PY=.venv/bin/python
 # mpi4py for the benchmark's MPI column, only where OpenMPI is installed (optional: warns).
 if command -v mpirun >/dev/null 2>&1; then
   "$PY" -m pip install -q "mpi4py==4.1.2" || echo "setup: warning: mpi4py not installed"
-fi
-# GPU parts (kernels/): only where a CUDA compiler exists. NCCL's headers and library come from
-# its wheel (pinned: the NCCL ABI the GPU code is compiled against).
-if command -v nvcc >/dev/null 2>&1; then
-  "$PY" -m pip install -q "nvidia-nccl-cu13==2.32.3"
 fi
 # stragg itself, built against the torch installed above (--no-build-isolation: pip would fetch
 # another torch otherwise). By default a wheel (build/wheel/, reused by check_installed.sh) is

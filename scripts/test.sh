@@ -34,7 +34,7 @@ cpp_lane() {
   echo "== C++ tests of the torch-free layers =="
   # With nvcc on PATH the same build also compiles every GPU source (kernels/, tests/gpu/:
   # target stragg_cuda_check); the GPU suites then skip at runtime on machines without a CUDA
-  # device. The layer check needs only the standard library: any python3 runs it.
+  # device. NCCL's headers come from .venv's wheel (scripts/setup.sh --cpp).
   local cuda=off
   if command -v nvcc >/dev/null 2>&1; then
     cuda=on
@@ -42,7 +42,7 @@ cpp_lane() {
     echo "test: nvcc not found: skipping the CUDA compile check (kernels/, tests/gpu/)"
   fi
   cmake -S . -B build/ctest -DSTRAGG_TORCH=OFF -DSTRAGG_PYTHON=OFF -DSTRAGG_BUILD_TESTS=ON \
-    -DSTRAGG_CUDA="$cuda" -DPython_EXECUTABLE="$(command -v python3)" >/dev/null
+    -DSTRAGG_CUDA="$cuda" -DPython_EXECUTABLE="$PWD/.venv/bin/python" >/dev/null
   cmake --build build/ctest -j "$(nproc)"
   if [ $cuda = on ]; then
     cmake --build build/ctest --target stragg_cuda_check -j "$(nproc)"
@@ -60,7 +60,7 @@ cpp_lane() {
 }
 
 echo "== Setup =="
-bash scripts/setup.sh --system  # the compilers and GoogleTest, for the C++ lane
+bash scripts/setup.sh --cpp  # what the C++ lane needs: compilers, GoogleTest, NCCL's headers
 mkdir -p build
 CPP_LOG=build/ci-cpp.log
 cpp_lane >"$CPP_LOG" 2>&1 &
