@@ -260,6 +260,9 @@ def test_bad_arguments_are_refused_and_the_group_keeps_working() -> None:
 def backend_checks_worker(rank: int, ws: int) -> dict[str, h.Outcome]:
     """The backend's own checks (what a caller of Backend.shrink, bypassing torch's, sees)."""
     backend = dist.distributed_c10d._get_default_group()._get_backend(torch.device("cpu"))
+    # Nothing below communicates: without this barrier a rank can finish and exit while the
+    # other is still completing Gloo's connection to it ("Connection closed by peer" in init).
+    dist.barrier()
     return {
         "self": h.capture(lambda: backend.shrink([rank])),
         "outside": h.capture(lambda: backend.shrink([7])),
