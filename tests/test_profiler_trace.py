@@ -7,7 +7,8 @@ a Chrome trace and the test reads it back.
 - its `stragg:run` range carries the plan (StragglAR for rank 3) and lies inside the call's range;
 - on the ranks on time, `stragg:pre_arrival` then `stragg:post_arrival` nest inside `stragg:run`,
   one after the other; on the straggler only `stragg:post_arrival`;
-- the event names torch's own checks count (`stragg:all_reduce`) appear once per call.
+- the event names torch's own checks count (`stragg:all_reduce`) appear once per call;
+- a barrier is one `stragg:barrier` event with the group's args (rank, group, group_ranks).
 
 Behaviour only: no duration is compared with anything.
 """
@@ -64,6 +65,7 @@ def _traced(rank: int, ws: int) -> dict[str, Any]:
         dist.all_reduce(small)
         if rank in (2, 3):
             dist.all_reduce(torch.ones(SMALL), group=sub)
+        dist.barrier()
     with tempfile.TemporaryDirectory() as d:
         path = os.path.join(d, "trace.json")
         prof.export_chrome_trace(path)
@@ -105,6 +107,11 @@ def test_trace_carries_call_plan_and_arrival_phases() -> None:
         if extra:
             (s,) = [c for c in calls if c["args"]["group_ranks"] == "[2, 3]"]
             assert s["args"]["rank"] == rank - 2 and s["args"]["seq"] == 0, f"rank {rank}: {s}"
+        (barrier,) = by_name["stragg:barrier"]
+        b = barrier["args"]
+        assert b["rank"] == rank and b["group_ranks"] == "[0, 1, 2, 3]", f"rank {rank}: {b}"
+        assert b["group"] == world[0]["args"]["group"], f"rank {rank}: {b}"
+        assert b["group_desc"] == world[0]["args"]["group_desc"], f"rank {rank}: {b}"
 
         runs = {(r["args"]["group"], r["args"]["seq"]): r for r in by_name["stragg:run"]}
         for c in world:

@@ -51,15 +51,19 @@ void ProfilerCallTrace::close(std::optional<at::RecordFunction>& range) {
   range.reset();  // ends it
 }
 
+std::unordered_map<std::string, c10::IValue> group_trace_args(const TraceGroup& group) {
+  return {{"rank", static_cast<int64_t>(group.rank)},
+          {"group", group.name},
+          {"group_desc", group.desc},
+          {"group_ranks", ranks_text(group)}};
+}
+
 void ProfilerCallTrace::queued(const CallRecord& record) {
-  const Kwargs kwargs{{"seq", seq_of(record)},
-                      {"numel", record.numel},
-                      {"bytes", record.bytes},
-                      {"dtype", std::string(dtype_)},
-                      {"rank", static_cast<int64_t>(group_.rank)},
-                      {"group", group_.name},
-                      {"group_desc", group_.desc},
-                      {"group_ranks", ranks_text(group_)}};
+  Kwargs kwargs = group_trace_args(group_);
+  kwargs.emplace("seq", seq_of(record));
+  kwargs.emplace("numel", record.numel);
+  kwargs.emplace("bytes", record.bytes);
+  kwargs.emplace("dtype", std::string(dtype_));
   work_->begin_profiler_range(title_, kwargs);
   work_.reset();
 }

@@ -4,6 +4,7 @@
 //   stragg:all_reduce       the call from issue to completion (the Work's range, async), opened
 //                           on the calling thread; args: seq, numel, bytes, dtype, rank, group,
 //                           group_desc, group_ranks (the members' global ranks)
+//   (stragg:barrier         a barrier, the same way, with the group's args: stragg_backend.cc)
 //   stragg:agreement        dynamic straggler only: the ranks agreeing on who is late
 //   stragg:run              the plan running; args: seq, group, plan, algorithm, straggler
 //     stragg:pre_arrival    a call with a straggler, on a rank on time: the steps that do not
@@ -42,6 +43,10 @@ struct TraceGroup {
   std::string desc;                   // torch's group description ("default_pg", ...)
   std::vector<int64_t> global_ranks;  // empty: 0..size-1
 };
+
+// The args every stragg range of a collective carries about its group: rank, group,
+// group_desc, group_ranks (the members' global ranks, "[0, 1, 2, 3]").
+std::unordered_map<std::string, c10::IValue> group_trace_args(const TraceGroup& group);
 
 class ProfilerCallTrace final : public CallTracer {
  public:

@@ -191,15 +191,27 @@ c10::intrusive_ptr<c10d::Work> StraggBackend::allreduce_sparse(
                    "sparse all_reduce");
 }
 
+TraceGroup StraggBackend::trace_group() const {
+  TraceGroup group;
+  group.rank = getRank();
+  group.size = getSize();
+  group.name = getGroupUid();
+  group.desc = getGroupDesc();
+  group.global_ranks = global_ranks_;
+  return group;
+}
+
 c10::intrusive_ptr<c10d::Work> StraggBackend::barrier(const c10d::BarrierOptions& opts) {
   // A group with CPU tensors runs its barrier itself (Session::barrier: a one-element all_reduce
   // behind the queued calls, microseconds on shared memory where Gloo's takes milliseconds); a
   // CUDA-only group and a group that delegates all_reduce keep the inner backend's.
   if (cpu_inner_ && session_->path() != AllreducePath::Delegate) {
     // Session::barrier refuses an aborted or shut-down group itself, with check_usable's words.
-    const char* title = at::hasCallbacks() ? "stragg:barrier" : nullptr;
-    auto work = c10::make_intrusive<StraggWork>(getRank(), c10d::OpType::BARRIER, title,
+    auto work = c10::make_intrusive<StraggWork>(getRank(), c10d::OpType::BARRIER, nullptr,
                                                 std::vector<at::Tensor>{});
+    if (at::hasCallbacks()) {
+      work->begin_profiler_range("stragg:barrier", group_trace_args(trace_group()));
+    }
     const auto timeout = effective_timeout(opts.timeout);
     if (!fr_group_) {
       rethrow_as_dist_error([&] {
@@ -240,13 +252,7 @@ c10::intrusive_ptr<c10d::Work> StraggBackend::submit_allreduce(
   work->keep_buffer(buffer, needs_copy_back);
   AllreduceCall call;
   if (title != nullptr) {
-    TraceGroup group;
-    group.rank = getRank();
-    group.size = getSize();
-    group.name = getGroupUid();
-    group.desc = getGroupDesc();
-    group.global_ranks = global_ranks_;
-    call.tracer = ProfilerCallTrace::make(work, title, dtype_name(*dtype), group);
+    call.tracer = ProfilerCallTrace::make(work, title, dtype_name(*dtype), trace_group());
   }
   call.name = name;
   call.data = buffer.data_ptr();

@@ -29,6 +29,7 @@ namespace stragg {
 #ifdef STRAGG_BACKEND_CUDA
 class CudaAllreduce;  // backend/cuda_allreduce.h
 #endif
+struct TraceGroup;  // backend/call_trace.h
 
 // What the Python creator knows about the store behind the group's.
 struct StoreInfo {
@@ -177,6 +178,8 @@ class StraggBackend final : public c10d::Backend {
   // Throws DistBackendError naming `op` and the original cause if the group was aborted (by any
   // rank) or shut down.
   void check_usable(const char* op) const;
+  // This group as its profiler trace events name it (call_trace.h).
+  TraceGroup trace_group() const;
   // The inner backend for `op` (check_usable first).
   c10d::Backend& inner_for(c10::DeviceType type, const char* op);
   c10d::Backend& inner_for(const std::vector<at::Tensor>& tensors, const char* op);
