@@ -96,7 +96,10 @@ TEST(Planner, ProfiledStragglerRunsStragglarOnlyWhereTheModelPredictsItFaster) {
   Planner p(4, auto_config(Straggler::profiled()));
   const PlanChoice small = p.choose(4096, 3, 1e-3);
   EXPECT_EQ(small.algorithm, Algorithm::Rd);
-  EXPECT_LT(p.predict(small, 4096, 3, 1e-3), p.predict({Algorithm::Stragglar, 3}, 4096, 3, 1e-3));
+  PlanChoice stragglar;
+  stragglar.algorithm = Algorithm::Stragglar;
+  stragglar.straggler = 3;
+  EXPECT_LT(p.predict(small, 4096, 3, 1e-3), p.predict(stragglar, 4096, 3, 1e-3));
   const PlanChoice large = p.choose(4 << 20, 3, 1e-3);
   EXPECT_EQ(large.algorithm, Algorithm::Stragglar);
   EXPECT_EQ(large.straggler, 3);
