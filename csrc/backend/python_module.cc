@@ -238,6 +238,8 @@ PYBIND11_MODULE(_C, m) {
            [](StraggBackend& b, py::function fn) { b.set_regroup(python_regroup(std::move(fn))); })
       .def("_retire", &StraggBackend::retire, py::arg("abort"), py::arg("why"),
            py::call_guard<py::gil_scoped_release>())
+      .def("_announce_retired", &StraggBackend::announce_retired, py::arg("why"),
+           py::call_guard<py::gil_scoped_release>())
       .def("_gone_peers", &StraggBackend::gone_peers)
       // torch's split_group deep-copies parent_backend.options; stragg's child takes the parent's
       // settings through the regroup callback, so there is nothing to copy.

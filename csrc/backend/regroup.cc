@@ -77,7 +77,6 @@ void StraggBackend::retire(bool abort, const std::string& why) {
     this->abort();  // the CUDA path and the inner backends
   } else {
     shutdown();  // runs the queued calls to completion (each bounded by its timeout)
-    session_->abort(why);
   }
 }
 

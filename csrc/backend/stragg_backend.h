@@ -157,9 +157,12 @@ class StraggBackend final : public c10d::Backend {
   c10::intrusive_ptr<Options> getBackendOptions() override;
   void set_regroup(Regroup regroup) { regroup_ = std::move(regroup); }
   // The parent's part of a shrink, before the survivors agree: `abort` (SHRINK_ABORT) fails what
-  // runs at once; otherwise the queued calls finish first. Then every peer still on this group
-  // (an excluded rank that is alive) is told `why`, and every later op raises with it.
+  // runs at once and tells every peer still on this group (an excluded rank that is alive) `why`;
+  // otherwise the queued calls finish first and the peers are told by announce_retired() once
+  // every survivor has finished its own (a peer told earlier would fail a call it can complete).
   void retire(bool abort, const std::string& why);
+  // Every later op here and on the peers raises with `why` (SHRINK_DEFAULT, after the agreement).
+  void announce_retired(const std::string& why) { session_->abort(why); }
   // Peers whose process or connection is gone (Session::gone_peers).
   std::vector<int> gone_peers() const { return session_->gone_peers(); }
 

@@ -2,7 +2,7 @@
 hands torch's request here, with the recipe it was built from (_build.GroupRecipe).
 
 Shrink: the survivors retire the parent (SHRINK_ABORT fails what runs; the default lets the
-queued calls finish), agree through the store on who is excluded (each publishes its
+queued calls finish and tells the old group after the agreement), agree through the store on who is excluded (each publishes its
 ranks_to_exclude and reads everybody else's; a survivor found dead meanwhile, or a different
 list, is named at once), then build a new stragg backend over the survivors from fresh store
 keys: its own transport, inner Gloo (and NCCL: the parent's own shrink where it offers one),
@@ -51,12 +51,19 @@ def _shrink(recipe: GroupRecipe, parent: Any, excluded: list[int], flags: int) -
     _check_store_survives(recipe, excluded, where)
     survivors = [r for r in range(recipe.size) if r not in excluded]
     start = time.monotonic()
-    parent._retire(bool(flags & SHRINK_ABORT),
-                   f"shrink_group excluded {_ranks(excluded)} from group '{recipe.group_name}' "
-                   f"(rank {rank} shrinking it)")
+    abort = bool(flags & SHRINK_ABORT)
+    why = (f"shrink_group excluded {_ranks(excluded)} from group '{recipe.group_name}' "
+           f"(rank {rank} shrinking it)")
+    parent._retire(abort, why)
     recipe.regroups += 1  # a retry after a failed agreement meets on fresh keys
     base = dist.PrefixStore(f"stragg{recipe.attempt}/shrink{recipe.regroups}/", recipe.store)
-    _agree(recipe, parent, base, excluded, survivors, where)
+    try:
+        _agree(recipe, parent, base, excluded, survivors, where)
+    finally:
+        # SHRINK_DEFAULT: every survivor has finished its queued calls once the agreement holds,
+        # so a call still running on an excluded rank has all it needs and is not failed.
+        if not abort:
+            parent._announce_retired(why)
     child = recipe.child(dist.PrefixStore("group/", base), survivors.index(rank), survivors,
                          recipe.timeout, f"{recipe.group_name}:shrunk")
     backend = _store_guard(recipe, where, lambda: build_backend(child))
