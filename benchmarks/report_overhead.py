@@ -3,14 +3,19 @@
 Launches of `--ranks` ranks on this host alternate the flight recorder off and on
 (TORCH_FR_BUFFER_SIZE unset / set: it is on or off for a whole process), `--pairs` times. In each
 launch, two stragg groups identical except the straggler profiler that the report reads
-(STRAGG_PROFILE on, the default, and off), and for every size: `--iters-*` back-to-back
-all_reduce calls on the report-on group, on the report-off group, and on the report-on group
-inside torch.profiler (CPU, record_shapes: the trace's args), in an order that rotates every
-repetition, so machine noise hits all three alike. A repetition's time is the mean per call on
-the slowest rank. Prints, per size, the median and range over the repetitions (of the
-recorder-off launches) of each ratio:
+(STRAGG_PROFILE on, the default, and off), and for every size, `--repeats` times: `--iters-*`
+back-to-back all_reduce calls on the report-on group and on the report-off group, which goes
+first alternating, so machine noise hits both alike; then as many repetitions of the report-on
+group outside and inside torch.profiler (CPU, record_shapes: the trace's args). The trace has
+its own phase because a profiler session's teardown slows the calls after it: a rotation of all
+three put it before one group only. Python's garbage collector is paused in the timed loops
+(as timeit does): its pauses hit both groups alike and only add noise. A repetition's time is
+the mean per call on the slowest rank. Prints, per size, the median and range over the
+repetitions (of the recorder-off launches) of each ratio:
 
     report      report on / report off            (same launch, interleaved; per repetition)
+    own time    the profiler's time in exchanges and link probes per report-on call, counted
+                in the process (rank 0; no machine noise, but not the per-call bookkeeping)
     trace       profiler trace on / off           (same launch, interleaved; per repetition)
     recorder    flight recorder on / off          (report on; per pair of launches, the ratio of
                                                    their median calls)
@@ -25,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import gc
 import json
 import os
 import sys
@@ -46,6 +52,8 @@ from _common import (
 )
 
 ON, OFF, TRACE = "report-on", "report-off", "report-on+trace"
+UNTRACED = "report-on, trace phase"  # the trace's baseline: the report-on group in its phase
+_FIRST_PROBE_ROUNDS = 200  # warm-up rounds at most, waiting for the first link probe to end
 FR_SIZE = "2000"  # TORCH_FR_BUFFER_SIZE when the recorder is on (torch's documented example)
 
 
@@ -74,6 +82,17 @@ def _group(report: bool, timeout: datetime.timedelta) -> Any:
 def _timed(buf: torch.Tensor, group: Any, iters: int, trace: bool) -> float:
     """Mean seconds per call on the slowest rank."""
     dist.barrier()
+    gc.disable()
+    try:
+        elapsed = _loop(buf, group, iters, trace)
+    finally:
+        gc.enable()
+    t = torch.tensor([elapsed / iters], dtype=torch.float64)
+    dist.all_reduce(t, op=dist.ReduceOp.MAX)  # on the default (gloo) group
+    return float(t.item())
+
+
+def _loop(buf: torch.Tensor, group: Any, iters: int, trace: bool) -> float:
     if trace:
         with torch.profiler.profile(
             activities=[torch.profiler.ProfilerActivity.CPU], record_shapes=True
@@ -87,40 +106,64 @@ def _timed(buf: torch.Tensor, group: Any, iters: int, trace: bool) -> float:
         for _ in range(iters):
             dist.all_reduce(buf, group=group)
         elapsed = time.perf_counter() - t0
-    t = torch.tensor([elapsed / iters], dtype=torch.float64)
-    dist.all_reduce(t, op=dist.ReduceOp.MAX)  # on the default (gloo) group
-    return float(t.item())
+    return elapsed
 
 
 def worker(rank: int, cfg: Config, result_path: str) -> None:
     stragg_mod = start_overhead_worker(rank, cfg.ranks)
     timeout = datetime.timedelta(seconds=300)
     groups = {ON: _group(True, timeout), OFF: _group(False, timeout)}
-    variants = [(ON, False), (OFF, False), (TRACE, True)]
     results: dict[str, dict[str, list[float]]] = {}
+    own: dict[str, float] = {}
     algorithms: dict[str, dict[str, list[str]]] = {}
     for size in cfg.sizes:
         buf = torch.ones(size // 4)
         iters = cfg.iters_large if size >= cfg.large_from else cfg.iters_small
-        for name in (ON, OFF):  # warm-up: buffers, profiler state, first link probe
+        for name in (ON, OFF):  # warm-up: buffers, profiler state
             _timed(buf, groups[name], max(2, iters // 4), trace=False)
+        # The job's first link probe (up to STRAGG_PROBE_BUDGET, 5%, of the time until it ends) is
+        # a one-time cost; the repetitions measure what a job pays from then on.
+        for _ in range(_FIRST_PROBE_ROUNDS):
+            probed = torch.tensor([_probe_campaigns(groups[ON])], dtype=torch.int64)
+            dist.all_reduce(probed, op=dist.ReduceOp.MIN)  # every rank loops alike
+            if probed.item() > 0:
+                break
+            _timed(buf, groups[ON], max(2, iters // 4), trace=False)
         key = str(size)
-        results[key] = {name: [] for name, _ in variants}
-        for rep in range(cfg.repeats):
-            k = rep % len(variants)
-            for name, trace in variants[k:] + variants[:k]:
-                group = groups[OFF if name == OFF else ON]
-                results[key][name].append(_timed(buf, group, iters, trace))
+        before = _own_cost(groups[ON])
+        results[key] = {name: [] for name in (ON, OFF, UNTRACED, TRACE)}
+        phases = [((ON, groups[ON], False), (OFF, groups[OFF], False)),
+                  ((UNTRACED, groups[ON], False), (TRACE, groups[ON], True))]
+        for pair in phases:
+            for rep in range(cfg.repeats):
+                for name, group, trace in (pair if rep % 2 == 0 else pair[::-1]):
+                    results[key][name].append(_timed(buf, group, iters, trace))
+        after = _own_cost(groups[ON])
+        own[key] = (after[0] - before[0]) / max(1, after[1] - before[1])
         algorithms[key] = {
             name: sorted({c["algorithm"] for c in stragg_mod.recent_calls(groups[name])[-iters:]})
             for name in (ON, OFF)
         }
     if rank == 0:
         with open(result_path, "w") as f:
-            json.dump({"results": results, "algorithms": algorithms}, f)
+            json.dump({"results": results, "algorithms": algorithms, "own_s": own}, f)
     for g in groups.values():
         dist.destroy_process_group(g)
     dist.destroy_process_group()
+
+
+def _probe_campaigns(group: Any) -> int:
+    import stragg.profiler
+
+    return int(stragg.profiler.summary(group)["probes"]["campaigns"])
+
+
+def _own_cost(group: Any) -> tuple[float, int]:
+    """The profiler's seconds in exchanges and probes so far on this rank, and its calls."""
+    import stragg.profiler
+
+    s = stragg.profiler.summary(group)
+    return s["exchange_seconds"] + s["probes"]["seconds"], s["calls"]
 
 
 def _ratios(num: list[float], den: list[float]) -> Stats:
@@ -166,12 +209,15 @@ def main(argv: list[str] | None = None) -> int:
         key = str(size)
         offs = [launch["results"][key] for launch in launches["recorder-off"]]
         ons = [launch["results"][key] for launch in launches["recorder-on"]]
-        pooled = {name: [x for r in offs for x in r[name]] for name in (ON, OFF, TRACE)}
+        pooled = {name: [x for r in offs for x in r[name]]
+                  for name in (ON, OFF, UNTRACED, TRACE)}
         rows.append({
             "bytes": size,
             "call_s": {k: Stats.of(v).median for k, v in pooled.items()},
             "report_ratio": _ratios(pooled[ON], pooled[OFF]).__dict__,
-            "trace_ratio": _ratios(pooled[TRACE], pooled[ON]).__dict__,
+            "own_s_per_call": Stats.of([launch["own_s"][key] for launch in launches["recorder-off"]]
+                                       ).median,
+            "trace_ratio": _ratios(pooled[TRACE], pooled[UNTRACED]).__dict__,
             # Per pair of launches: median call (report on) with the recorder / without.
             "recorder_ratio": Stats.of([Stats.of(on[ON]).median / Stats.of(off[ON]).median
                                         for on, off in zip(ons, offs)]).__dict__,
@@ -195,6 +241,8 @@ def main(argv: list[str] | None = None) -> int:
         report = Stats(**r["report_ratio"])
         print(f"    report on/off          {_fmt(report)}   target <= 1.02: "
               f"{'PASS' if report.median <= 1.02 else 'FAIL'}")
+        print(f"    own time               {r['own_s_per_call'] * 1e6:.3f} us per call "
+              f"({r['own_s_per_call'] / c[ON] * 100:.2f}% of a report-on call)")
         print(f"    trace on/off           {_fmt(Stats(**r['trace_ratio']))}")
         print(f"    recorder on/off        {_fmt(Stats(**r['recorder_ratio']))} (over {a.pairs} "
               "pairs of launches; with the recorder, report on/off "

@@ -126,6 +126,7 @@ py::dict profiler_summary_dict(const stragg::Session& session) {
   probes["transfer_bytes"] = s.probe_transfer_bytes;
   d["probes"] = probes;
   d["exchange_every"] = s.exchange_every;
+  d["exchange_seconds"] = s.exchange_s;
   std::string source;
   const stragg::LinkModel link = session.link_model(&source);
   py::dict l;

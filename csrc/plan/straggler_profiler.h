@@ -102,6 +102,7 @@ struct ProfilerSummary {
   double probe_s = 0;            // this rank's time in link probes
   size_t probe_transfer_bytes = 0;
   int exchange_every = 0;        // calls per exchange now (grows for very short calls)
+  double exchange_s = 0;         // this rank's time in exchanges (all_reduce and analysis)
 };
 
 // Predicted time saved by StragglAR (assuming straggler s) over Ring for one call of `bytes`

@@ -35,8 +35,11 @@ constexpr size_t kMinProbeTransfer = 64 * 1024;
 constexpr size_t kMaxProbeTransfer = 1 << 20;
 // Exchanges cost at most this share of the calls' time: K doubles (up to kMaxEvery) after two
 // batches in a row above it, and comes back down once the calls are 8x longer.
-constexpr double kExchangeShare = 0.01;
+constexpr double kExchangeShare = 0.005;
 constexpr int kMaxEvery = 1024;
+// The batch's typical call time and its drift are medians of at most its last this many calls:
+// enough to be stable, and at 4 KiB a median of 1024 costs 10-15 ns per call of the batch.
+constexpr size_t kMedianCalls = 256;
 // A periodic link probe waits until the last campaign's cost is at most this share of the job's
 // time since it began (the budget above bounds how fast a campaign runs, this how often).
 // A probe on drift waits likewise with STRAGG_PROBE_BUDGET as the share: calls whose time varies
@@ -135,6 +138,8 @@ void GroupProfiler::after_call(Executor& ex, const InternalSpec& spec, const Cal
       if (exchanges_done_ == 0) early_exchange_ = batch < every_;
       ++exchanges_done_;
       exchange(ex, spec, timeout);
+      std::lock_guard<std::mutex> lock(mu_);
+      probe_stats_.exchange_s += last_exchange_s_;
     }
     run_probe_slices(ex, spec, timeout);
   } catch (const std::exception& e) {
@@ -154,7 +159,13 @@ void GroupProfiler::exchange(Executor& ex, const InternalSpec& spec,
   // This rank's time per call in the batch (the median time between the ends of consecutive
   // calls: the job's compute included, exchanges and probes not), its time in probe slices,
   // its last exchange's.
-  const double period = batch_intervals_.size() >= 3 ? median_of(batch_intervals_) : -1;
+  const double period =
+      batch_intervals_.size() >= 3
+          ? median_of(std::vector<double>(
+                batch_intervals_.end() -
+                    static_cast<std::ptrdiff_t>(std::min(kMedianCalls, batch_intervals_.size())),
+                batch_intervals_.end()))
+          : -1;
   batch_intervals_.clear();
   // All-gather through a sum: every rank fills its own row, zeros elsewhere (x + 0 is exact).
   std::vector<double> all(static_cast<size_t>(n_) * w, 0.0);
@@ -441,8 +452,9 @@ void GroupProfiler::probe_links(Executor& ex, const InternalSpec& spec,
 
 bool GroupProfiler::drifted(const std::vector<double>& durations, int k) {
   std::vector<double> ratios;
-  ratios.reserve(static_cast<size_t>(k));
-  for (int i = 0; i < k; ++i) {
+  const int first = std::max(0, k - static_cast<int>(kMedianCalls));
+  ratios.reserve(static_cast<size_t>(k - first));
+  for (int i = first; i < k; ++i) {
     if (!(batch_predicted_[i] > 0)) continue;
     // The rank that arrived last waited for nobody: its duration is the communication time.
     double t = durations[i];
@@ -571,6 +583,7 @@ ProfilerSummary GroupProfiler::summary() const {
   s.probe_slices = probe_stats_.slices;
   s.probe_s = probe_stats_.seconds;
   s.probe_transfer_bytes = probe_stats_.transfer_bytes;
+  s.exchange_s = probe_stats_.exchange_s;
   s.exchange_every = probe_stats_.exchange_every > 0 ? probe_stats_.exchange_every : every_;
   return s;
 }

@@ -46,6 +46,7 @@ struct ProbeStats {
   double seconds = 0;         // this rank's time in probes (slices, explicit probes)
   size_t transfer_bytes = 0;  // of the latest campaign
   int exchange_every = 0;     // calls per profiler exchange now
+  double exchange_s = 0;      // this rank's time in exchanges (their all_reduce and analysis)
 };
 
 class GroupProfiler {

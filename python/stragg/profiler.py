@@ -84,8 +84,10 @@ def summary(group: dist.ProcessGroup | None = None) -> dict[str, Any]:
     straggler_share and straggler_gain_s (the same for the straggler), last_counts (per rank),
     window_last_counts, delays_s (recent per-call delay estimates), last_ranks (aligned with
     delays_s; -1 = nobody significantly late), decisions (list of {call, straggler, reason}),
-    link ({alpha_s, beta_s_per_byte, source}), settings. Everything but the counters of calls
-    not yet exchanged is identical on every rank.
+    link ({alpha_s, beta_s_per_byte, source}), settings, probes ({campaigns, slices, seconds,
+    transfer_bytes}), exchange_every, exchange_seconds (this rank's time in exchanges: with
+    probes' seconds, the profiler's own cost). Everything but the counters of calls not yet
+    exchanged and this rank's times is identical on every rank.
     """
     return dict(_stragg_backend(group).profiler_summary())
 
