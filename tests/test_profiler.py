@@ -87,6 +87,8 @@ def test_persistent_straggler_is_detected_and_used() -> None:
     assert first["straggler"] == 3 and first["call"] <= 32, s["decisions"]
     assert s["last_counts"][3] >= 30, s["last_counts"]  # (a loaded host adds a few others)
     assert s["median_delay_s"] > 0.005 and s["predicted_gain_s"] > 0
+    # The profiler's own cost: its exchanges (at least 5 here) took measurable time.
+    assert s["exchanges"] >= 5 and s["exchange_seconds"] > 0, s
     algos = values[0]["algorithms"]
     assert set(algos[first["call"]:]) == {"stragglar"}, algos
     assert "stragglar" not in algos[: first["call"]], algos
