@@ -182,6 +182,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         p.error("need --reps >= 1, --nproc-per-node >= 1, --slowdown >= 1")
     if args.delay_ms is not None and args.delay_ms < 0:
         p.error("--delay-ms must be >= 0")
+    if args.seq < 2:
+        p.error("--seq must be at least 2 (the model predicts each sequence's next tokens)")
     for item in args.stragg_env:
         if "=" not in item:
             p.error(f"--stragg-env {item!r}: expected KEY=VALUE")

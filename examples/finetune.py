@@ -175,6 +175,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         p.error("--ranks must be at least 2")
     if args.steps < 1:
         p.error("--steps must be at least 1")
+    if args.seq < 2:
+        p.error("--seq must be at least 2 (the model predicts each sequence's next tokens)")
     args.warmup = max(0, min(args.warmup, args.steps - 1))
     if args.no_straggler:
         args.straggler_rank = None

@@ -73,6 +73,15 @@ def test_benchmark_runs_from_another_directory(tmp_path: Path) -> None:
     assert all(r["dispatch_s"] > 0 for r in rows if r["backend"] == "mpi")
 
 
+@pytest.mark.parametrize("script", ["examples/finetune.py", "benchmarks/training.py"])
+def test_training_scripts_refuse_sequences_too_short_to_predict(script: str, tmp_path: Path) -> None:
+    """--seq 1 leaves no next token to predict: a usage error, before any rank starts."""
+    proc = subprocess.run([sys.executable, str(REPO / script), "--seq", "1"], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=120, check=False)
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    assert "--seq must be at least 2" in proc.stderr, proc.stderr[-3000:]
+
+
 def test_degraded_benchmark_redraws_from_json(tmp_path: Path) -> None:
     """`degraded.py --from-json` prints the table and draws the figure of earlier runs, no cluster."""
     rows = json.loads((REPO / "docs" / "degraded.json").read_text())
