@@ -46,6 +46,12 @@ constexpr size_t kMedianCalls = 256;
 // 1.5x around one link model (a profiled section, other load) would re-probe every few batches.
 constexpr double kPeriodicProbeShare = 0.005;
 
+// The median of v's last kMedianCalls values.
+double median_of_tail(const std::vector<double>& v) {
+  const size_t n = std::min(kMedianCalls, v.size());
+  return median_of(std::vector<double>(v.end() - static_cast<std::ptrdiff_t>(n), v.end()));
+}
+
 double seconds(std::chrono::steady_clock::duration d) {
   return std::chrono::duration<double>(d).count();
 }
@@ -159,13 +165,7 @@ void GroupProfiler::exchange(Executor& ex, const InternalSpec& spec,
   // This rank's time per call in the batch (the median time between the ends of consecutive
   // calls: the job's compute included, exchanges and probes not), its time in probe slices,
   // its last exchange's.
-  const double period =
-      batch_intervals_.size() >= 3
-          ? median_of(std::vector<double>(
-                batch_intervals_.end() -
-                    static_cast<std::ptrdiff_t>(std::min(kMedianCalls, batch_intervals_.size())),
-                batch_intervals_.end()))
-          : -1;
+  const double period = batch_intervals_.size() >= 3 ? median_of_tail(batch_intervals_) : -1;
   batch_intervals_.clear();
   // All-gather through a sum: every rank fills its own row, zeros elsewhere (x + 0 is exact).
   std::vector<double> all(static_cast<size_t>(n_) * w, 0.0);

@@ -2,11 +2,11 @@
 hands torch's request here, with the recipe it was built from (_build.GroupRecipe).
 
 Shrink: the survivors retire the parent (SHRINK_ABORT fails what runs; the default lets the
-queued calls finish and tells the old group after the agreement), agree through the store on who is excluded (each publishes its
-ranks_to_exclude and reads everybody else's; a survivor found dead meanwhile, or a different
-list, is named at once), then build a new stragg backend over the survivors from fresh store
-keys: its own transport, inner Gloo (and NCCL: the parent's own shrink where it offers one),
-planner and profiler starting over for the new size.
+queued calls finish and tells the old group after the agreement), agree through the store on
+who is excluded (each publishes its ranks_to_exclude and reads everybody else's; a survivor
+found dead meanwhile, or a different list, is named at once), then build a new stragg backend
+over the survivors from fresh store keys: its own transport, inner Gloo (and NCCL: the parent's
+own shrink where it offers one), planner and profiler starting over for the new size.
 
 Split: the members build a new backend over themselves from torch's store for the new group.
 """
