@@ -35,7 +35,7 @@ constexpr size_t kMinProbeTransfer = 64 * 1024;
 constexpr size_t kMaxProbeTransfer = 1 << 20;
 // Exchanges cost at most this share of the calls' time: K doubles (up to kMaxEvery) after two
 // batches in a row above it, and comes back down once the calls are 8x longer.
-constexpr double kExchangeShare = 0.005;
+constexpr double kExchangeShare = 0.01;
 constexpr int kMaxEvery = 1024;
 // The batch's typical call time and its drift are medians of at most its last this many calls:
 // enough to be stable, and at 4 KiB a median of 1024 costs 10-15 ns per call of the batch.
