@@ -124,7 +124,7 @@ def worker(rank: int, cfg: Config, result_path: str) -> None:
         # The job's first link probe (up to STRAGG_PROBE_BUDGET, 5%, of the time until it ends) is
         # a one-time cost; the repetitions measure what a job pays from then on.
         for _ in range(_FIRST_PROBE_ROUNDS):
-            probed = torch.tensor([_probe_campaigns(groups[ON])], dtype=torch.int64)
+            probed = torch.tensor([_profiler(groups[ON])["probes"]["campaigns"]], dtype=torch.int64)
             dist.all_reduce(probed, op=dist.ReduceOp.MIN)  # every rank loops alike
             if probed.item() > 0:
                 break
@@ -152,17 +152,15 @@ def worker(rank: int, cfg: Config, result_path: str) -> None:
     dist.destroy_process_group()
 
 
-def _probe_campaigns(group: Any) -> int:
+def _profiler(group: Any) -> dict[str, Any]:
     import stragg.profiler
 
-    return int(stragg.profiler.summary(group)["probes"]["campaigns"])
+    return stragg.profiler.summary(group)
 
 
 def _own_cost(group: Any) -> tuple[float, int]:
     """The profiler's seconds in exchanges and probes so far on this rank, and its calls."""
-    import stragg.profiler
-
-    s = stragg.profiler.summary(group)
+    s = _profiler(group)
     return s["exchange_seconds"] + s["probes"]["seconds"], s["calls"]
 
 
