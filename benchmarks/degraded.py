@@ -63,8 +63,11 @@ def model_s(plan: str, p: int, l: float, nbytes: int, alpha: float, beta: float)
             l if r == p - 1 else 1.0 for r in (sorted(stragglers) or [p - 1])]}
         if k:
             kwargs["segments"] = int(k.group(1))
-    elif algo in ("stragglar", "bcast"):
-        kwargs = {"straggler": int(params or p - 1)}
+    elif algo in ("stragglar", "bcast", "stragglar_direct"):
+        st, _, k = params.partition(",k=")
+        kwargs = {"straggler": int(st or p - 1)}
+        if k:
+            kwargs["segments"] = int(k)
     s = schedule.build(algo, p, **kwargs)
     slowdown = [1.0] * p
     for r, f in slow.items():

@@ -352,8 +352,9 @@ def job_config(args: argparse.Namespace, backend: str, scenario: str, late: int 
 
 def parse_plan(plan: str) -> tuple[str, dict[str, Any]]:
     """"stragglar(7)" -> ("stragglar", {"straggler": 7}); "optcc(5=2,7=1.5,k=64)" ->
-    ("optcc", {"stragglers": [5, 7], "slowdowns": [2.0, 1.5], "segments": 64}); "ring" ->
-    ("ring", {})."""
+    ("optcc", {"stragglers": [5, 7], "slowdowns": [2.0, 1.5], "segments": 64});
+    "stragglar_direct(7,k=32)" -> ("stragglar_direct", {"straggler": 7, "segments": 32});
+    "ring" -> ("ring", {})."""
     m = re.fullmatch(r"\s*([A-Za-z_]+)\s*(?:\((.*)\))?\s*", plan)
     if not m:
         raise ValueError(f"unknown plan {plan!r}")
@@ -366,8 +367,12 @@ def parse_plan(plan: str) -> tuple[str, dict[str, Any]]:
         if k:
             kw["segments"] = int(k.group(1))
         return algo, kw
-    if params and re.fullmatch(r"\d+", params):
-        return algo, {"straggler": int(params)}
+    m = re.fullmatch(r"(\d+)(?:\s*,\s*k\s*=\s*(\d+))?", params)
+    if m:
+        kw = {"straggler": int(m.group(1))}
+        if m.group(2):
+            kw["segments"] = int(m.group(2))
+        return algo, kw
     return algo, {}
 
 

@@ -46,7 +46,9 @@ def _check_all_sizes(rank: int, ws: int, sleep_rank: int) -> dict[str, Any]:
     return {"digests": digests, "algorithm": stats["algorithm"], "calls": stats["allreduce_calls"]}
 
 
-@pytest.mark.parametrize("algo", ["ring", "rhd", "direct", "bcast", "stragglar", "optcc", "rd"])
+@pytest.mark.parametrize(
+    "algo", ["ring", "rhd", "direct", "bcast", "stragglar", "optcc", "rd", "stragglar_direct"]
+)
 @pytest.mark.parametrize("ws", [3, 4])
 def test_every_algorithm_is_exact_and_identical(algo: str, ws: int) -> None:
     res = h.run_ranks(ws, _check_all_sizes, 1, env={"STRAGG_ALGO": algo, "STRAGG_STRAGGLER": "1"})
@@ -225,7 +227,7 @@ def test_back_to_back_async_calls_interleaved_with_delays(straggler: str) -> Non
     assert all(p == plans[0] for p in plans), plans
 
 
-ALGOS = ("ring", "rhd", "direct", "bcast", "stragglar", "optcc")
+ALGOS = ("ring", "rhd", "direct", "bcast", "stragglar", "optcc", "stragglar_direct")
 
 
 def _every_algorithm_one_spawn(rank: int, ws: int) -> dict[str, Any]:

@@ -22,7 +22,7 @@ import pytest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SCRIPT = os.path.join(HERE, "scripts", "mixed_rank.py")
-ALGOS = ("ring", "rhd", "direct", "stragglar", "optcc")
+ALGOS = ("ring", "rhd", "direct", "stragglar", "optcc", "stragglar_direct")
 WORLD = 4
 
 pytestmark = [pytest.mark.needs_backend, pytest.mark.stragg_only]

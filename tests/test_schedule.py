@@ -9,7 +9,9 @@ import pytest
 from stragg import schedule
 
 
-@pytest.mark.parametrize("algo", ["ring", "rhd", "direct", "stragglar", "bcast", "optcc", "rd"])
+@pytest.mark.parametrize(
+    "algo", ["ring", "rhd", "direct", "stragglar", "bcast", "optcc", "rd", "stragglar_direct"]
+)
 def test_every_generator_verifies_for_small_n(algo: str) -> None:
     for n in range(2, 33):
         s = schedule.build(algo, n)

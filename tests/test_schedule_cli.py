@@ -67,6 +67,7 @@ ALGOS = [
     "direct_allgather",
     "bcast",
     "stragglar",
+    "stragglar_direct",
     "optcc",
     "short_circuit",
 ]

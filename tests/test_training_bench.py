@@ -3,7 +3,7 @@
 One run of the benchmark (4 hosts at 200 Mbit/s, a small transformer, 60 steps, Gloo next to
 stragg's defaults) in two scenarios:
 - late: the rank on host 3 waits 60 ms before every gradient all_reduce (in DDP's comm hook);
-  stragg's profiler adopts it as the straggler and runs StragglAR for it;
+  stragg's profiler adopts it as the straggler and runs StragglAR (or stragglar_direct) for it;
 - nic: host 1's link runs at half rate; stragg's link probes name rank 1 as degraded (factor
   2 shaped, read above 1.2 when OptCC is adopted) and run OptCC for it.
 In both, every step's loss equals Gloo's within 1e-5 (relative). Timings are not asserted (see
@@ -53,7 +53,8 @@ def test_training_benchmark_adopts_the_late_rank_and_names_the_slow_nic(tmp_path
     # this shared VM that is noise, not the decision under test).
     assert any(d.get("straggler") == 3 for d in dec["decisions"]), dec
     assert dec["first_stragglar"] is not None, dec
-    assert dec["first_stragglar"]["plan"] == "stragglar(3)", dec
+    # StragglAR or, over this network, its pipelined direct variant when the model prefers it.
+    assert re.fullmatch(r"stragglar(_direct)?\(3(,k=\d+)?\)", dec["first_stragglar"]["plan"]), dec
 
     nic = scen["nic"]
     assert nic["slow_ranks"] == [1], nic["slow_ranks"]

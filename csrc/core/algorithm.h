@@ -24,10 +24,11 @@ enum class Algorithm : uint8_t {
   Stragglar = 5,
   Optcc = 6,
   Rd = 7,  // recursive doubling (small messages)
+  StragglarDirect = 8,  // StragglAR's pre-arrival, pipelined direct post-arrival (networks)
 };
 
-inline constexpr std::array<const char*, 8> kAlgorithmNames = {
-    "auto", "ring", "rhd", "direct", "bcast", "stragglar", "optcc", "rd"};
+inline constexpr std::array<const char*, 9> kAlgorithmNames = {
+    "auto", "ring", "rhd", "direct", "bcast", "stragglar", "optcc", "rd", "stragglar_direct"};
 
 inline const char* algorithm_name(Algorithm a) {
   const auto i = static_cast<size_t>(a);
@@ -44,7 +45,13 @@ inline std::optional<Algorithm> algorithm_from_name(const std::string& name) {
 
 // Algorithms built around one or more straggling ranks (they need to know which).
 inline bool algorithm_needs_straggler(Algorithm a) {
-  return a == Algorithm::Stragglar || a == Algorithm::Bcast || a == Algorithm::Optcc;
+  return a == Algorithm::Stragglar || a == Algorithm::Bcast || a == Algorithm::Optcc ||
+         a == Algorithm::StragglarDirect;
+}
+
+// Algorithms built around exactly one late rank (their schedule is keyed by it).
+inline bool algorithm_has_one_straggler(Algorithm a) {
+  return a == Algorithm::Stragglar || a == Algorithm::Bcast || a == Algorithm::StragglarDirect;
 }
 
 // "auto, ring, rhd, ..." for error messages.

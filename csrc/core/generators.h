@@ -58,6 +58,12 @@ bool stragglar_builds_fast(int n);
 // "two_chain", "matching".
 std::string stragglar_construction(int n);
 
+// ---- stragglar_direct.cc: StragglAR's pre-arrival reduce-scatter among the n-1 early ranks,
+// then k+1 pipelined direct rounds: the straggler sends its raw chunk of segment j to each
+// owner, which reduces it and copies the final chunk of segment j-1 to every other rank.
+// (n-1)*k chunks; post-arrival (k+1)(alpha + s*beta/k) in the lockstep model. n >= 2.
+Schedule stragglar_direct(int n, int straggler, int segments);
+
 // ---- bcast.cc: straggler-aware Broadcast baseline (StragglAR App. F): ring allreduce among
 // the n-1 early ranks (pre-arrival), one whole-buffer exchange with the straggler, then a
 // doubling broadcast of the whole buffer: ceil(log2 n) post-arrival rounds.
@@ -86,7 +92,7 @@ Schedule short_circuit(int n, double nbytes, double alpha, double beta, double h
 struct BuildParams {
   std::vector<int> stragglers;    // empty: none (straggler-aware algorithms take rank n-1)
   std::vector<double> slowdowns;  // OptCC: per straggler (or one for all); empty: 2
-  int segments = 8;               // OptCC: k pipelined segments
+  int segments = 8;               // OptCC, StragglAR-direct: k pipelined segments
   bool bubble_fill = true;        // OptCC: App. C bubble filling for slowdown < 2
   std::string order = "s3_first";
 };

@@ -80,6 +80,8 @@ const std::map<std::string, Entry>& registry() {
        {kStraggler, [](int n, const json& p) { return tagged(direct_allgather(n), p); }}},
       {"stragglar", all_reduce_entry(Algorithm::Stragglar, kStraggler)},
       {"bcast", all_reduce_entry(Algorithm::Bcast, kStraggler)},
+      {"stragglar_direct",
+       all_reduce_entry(Algorithm::StragglarDirect, {"straggler", "segments"})},
       {"optcc", all_reduce_entry(Algorithm::Optcc, {"straggler", "stragglers", "slowdown",
                                                     "slowdowns", "segments", "bubble_fill",
                                                     "order"})},
@@ -133,6 +135,8 @@ Schedule build(Algorithm algo, int n, const BuildParams& p) {
       return stragglar(n, single_straggler(algo, p));
     case Algorithm::Bcast:
       return bcast(n, single_straggler(algo, p));
+    case Algorithm::StragglarDirect:
+      return stragglar_direct(n, single_straggler(algo, p), p.segments);
     case Algorithm::Optcc: {
       OptccOptions o;
       o.stragglers = p.stragglers;

@@ -23,9 +23,10 @@ constexpr Algorithm kAutoCandidates[] = {Algorithm::Ring, Algorithm::Rhd};
 
 constexpr size_t kAutoChoiceCacheLimit = 4096;
 constexpr size_t kLoweredCacheLimit = 64;
-// OptCC needs at least this many bytes per chunk to be worth a candidate (below, alpha rules).
-constexpr double kMinOptccChunkBytes = 4096;
-// OptCC's segment count: among the counts predicted within this share of the fastest, the
+// A pipelined schedule (OptCC, StragglAR-direct) needs at least this many bytes per chunk to be
+// worth a candidate (below, alpha rules).
+constexpr double kMinSegmentChunkBytes = 4096;
+// OptCC's (and StragglAR-direct's) segment count: among the counts predicted within this share of the fastest, the
 // largest runs. The executor overlaps a segment's latency with the other segments' transfers,
 // which the lockstep model does not credit, so more segments run faster and steadier than it
 // predicts (docs/benchmarks.md, "Numbers behind constants").
@@ -52,7 +53,11 @@ std::vector<std::pair<int, double>> slow_key(const std::vector<Slowdown>& slow) 
 std::string PlanChoice::describe() const {
   std::ostringstream out;
   out << algorithm_name(algorithm);
-  if (algorithm == Algorithm::Optcc) {
+  if (algorithm == Algorithm::StragglarDirect) {
+    out << "(" << straggler;
+    if (segments > 0) out << ",k=" << segments;
+    out << ")";
+  } else if (algorithm == Algorithm::Optcc) {
     out << "(";
     for (size_t i = 0; i < slow.size(); ++i) {
       out << (i ? "," : "") << slow[i].rank << "=" << slow[i].factor;
@@ -136,12 +141,20 @@ Planner::Planner(int n, PlannerConfig config) : n_(n), config_(std::move(config)
   schedule_for(fixed_choice(dynamic() ? n_ - 1 : st.rank, network()));
 }
 
+Planner::ScheduleKey Planner::schedule_key(const PlanChoice& choice) {
+  const Algorithm algo = choice.algorithm;
+  const bool segmented = algo == Algorithm::Optcc || algo == Algorithm::StragglarDirect;
+  return {algo, algorithm_has_one_straggler(algo) ? choice.straggler : -1,
+          slow_key(algo == Algorithm::Optcc ? choice.slow : std::vector<Slowdown>{}),
+          segmented ? choice.segments : 0};
+}
+
 std::shared_ptr<const core::Schedule> Planner::schedule_for(const PlanChoice& choice) const {
   const Algorithm algo = choice.algorithm;
-  const int s = algo == Algorithm::Stragglar || algo == Algorithm::Bcast ? choice.straggler : -1;
+  const ScheduleKey key = schedule_key(choice);
+  const int s = std::get<1>(key);
   const std::vector<Slowdown> slow = algo == Algorithm::Optcc ? choice.slow : std::vector<Slowdown>{};
-  const int k = algo == Algorithm::Optcc ? choice.segments : 0;
-  const ScheduleKey key{algo, s, slow_key(slow), k};
+  const int k = std::get<3>(key);
   {
     std::lock_guard<std::mutex> lock(mu_);
     auto it = schedules_.find(key);
@@ -296,9 +309,20 @@ PlanChoice Planner::auto_profiled(size_t bytes, int straggler, double delay_s, b
   // Compared with the delay; what the call records is as without the straggler: the base's
   // delay-free prediction (the profiler's drift check compares it with the last arrival's
   // duration) and none for StragglAR, as before.
-  const bool base_faster =
-      predict(base, bytes, straggler, bucket) < predict(stragglar, bytes, straggler, bucket);
-  const PlanChoice best = base_faster ? base : stragglar;
+  PlanChoice best = base;
+  double best_time = predict(base, bytes, straggler, bucket);
+  const double stragglar_time = predict(stragglar, bytes, straggler, bucket);
+  if (stragglar_time <= best_time) {
+    best = stragglar;
+    best_time = stragglar_time;
+  }
+  if (host && direct_candidate()) {
+    PlanChoice direct = direct_for_straggler(bytes, straggler, bucket);
+    if (direct.predicted_s >= 0 && direct.predicted_s < best_time) {
+      direct.predicted_s = 0;  // as StragglAR: no delay-free prediction recorded
+      best = direct;
+    }
+  }
   std::lock_guard<std::mutex> lock(mu_);
   if (profiled_choice_.size() >= kAutoChoiceCacheLimit) profiled_choice_.clear();
   profiled_choice_[key] = best;
@@ -325,7 +349,7 @@ PlanChoice Planner::auto_degraded(size_t bytes, int call_straggler, double delay
     PlanChoice optcc;
     optcc.algorithm = Algorithm::Optcc;
     optcc.slow = net.degraded;
-    optcc = fastest_optcc_segments(bytes, optcc, call_straggler, bucket, &optcc_fastest);
+    optcc = fastest_segments(bytes, optcc, call_straggler, bucket, &optcc_fastest);
     if (optcc.predicted_s >= 0) candidates.push_back(optcc);
   }
   if (call_straggler >= 0 && call_straggler < n_ && stragglar_ok_) {
@@ -334,14 +358,20 @@ PlanChoice Planner::auto_degraded(size_t bytes, int call_straggler, double delay
     c.straggler = call_straggler;
     candidates.push_back(c);
   }
+  double direct_time = -1;
+  if (call_straggler >= 0 && call_straggler < n_ && direct_candidate()) {
+    PlanChoice c = direct_for_straggler(bytes, call_straggler, bucket);
+    direct_time = c.predicted_s;
+    if (direct_time >= 0) candidates.push_back(c);
+  }
   PlanChoice best = candidates.front();  // Ring
   const double ring = predict(best, bytes, call_straggler, bucket);
   best.predicted_s = ring;
   double best_time = ring * (1.0 - config_.switch_margin);
   for (size_t i = 1; i < candidates.size(); ++i) {
     PlanChoice c = candidates[i];
-    double t = optcc_fastest;
-    if (c.algorithm != Algorithm::Optcc) {
+    double t = c.algorithm == Algorithm::Optcc ? optcc_fastest : direct_time;
+    if (c.algorithm != Algorithm::Optcc && c.algorithm != Algorithm::StragglarDirect) {
       try {
         t = c.predicted_s = predict(c, bytes, call_straggler, bucket);
       } catch (const Error&) {
@@ -401,18 +431,29 @@ PlanChoice Planner::choose(size_t bytes, int call_straggler, double delay_s, boo
   }
   c = fixed_choice(config_.straggler.rank, network());
   if (c.algorithm == Algorithm::Rd && !host) c.algorithm = Algorithm::Rhd;  // see choose()
-  if (c.algorithm == Algorithm::Optcc && c.segments == 0) c = best_optcc_segments(bytes, c);
+  if ((c.algorithm == Algorithm::Optcc || c.algorithm == Algorithm::StragglarDirect) &&
+      c.segments == 0) {
+    c = best_segments(bytes, c);
+  }
   return c;
 }
 
-PlanChoice Planner::best_optcc_segments(size_t bytes, const PlanChoice& base) const {
-  const AutoKey key{bytes, -2, 0.0};  // -2: not a straggler, the explicit-OptCC entry
+PlanChoice Planner::direct_for_straggler(size_t bytes, int straggler, double delay_s) const {
+  PlanChoice c;
+  c.algorithm = Algorithm::StragglarDirect;
+  c.straggler = straggler;
+  return fastest_segments(bytes, c, straggler, delay_s);
+}
+
+PlanChoice Planner::best_segments(size_t bytes, const PlanChoice& base) const {
+  // Keys below -1 are the explicit algorithm's entries: -2 OptCC, -3 - s StragglAR-direct for s.
+  const AutoKey key{bytes, base.algorithm == Algorithm::Optcc ? -2 : -3 - base.straggler, 0.0};
   {
     std::lock_guard<std::mutex> lock(mu_);
     auto it = degraded_choice_.find(key);
     if (it != degraded_choice_.end() && it->second.slow == base.slow) return it->second;
   }
-  PlanChoice best = fastest_optcc_segments(bytes, base, -1, 0.0);
+  PlanChoice best = fastest_segments(bytes, base, -1, 0.0);
   if (best.predicted_s < 0) best = base;  // keep the generator's default
   std::lock_guard<std::mutex> lock(mu_);
   if (degraded_choice_.size() >= kAutoChoiceCacheLimit) degraded_choice_.clear();
@@ -420,16 +461,19 @@ PlanChoice Planner::best_optcc_segments(size_t bytes, const PlanChoice& base) co
   return best;
 }
 
-PlanChoice Planner::fastest_optcc_segments(size_t bytes, const PlanChoice& base, int late_rank,
-                                           double delay_s, double* fastest_s) const {
-  const int healthy = std::max(1, n_ - static_cast<int>(base.slow.size()));
+PlanChoice Planner::fastest_segments(size_t bytes, const PlanChoice& base, int late_rank,
+                                     double delay_s, double* fastest_s) const {
+  const bool optcc = base.algorithm == Algorithm::Optcc;
+  // Ranks that split each segment: OptCC's healthy ranks, StragglAR-direct's early ones.
+  const int owners = optcc ? std::max(1, n_ - static_cast<int>(base.slow.size())) : n_ - 1;
+  const int forced = optcc ? config_.optcc_segments : 0;
   std::vector<int> ks = optcc_segment_candidates();
-  if (config_.optcc_segments > 0) ks = {config_.optcc_segments};
+  if (forced > 0) ks = {forced};
   std::vector<PlanChoice> options;
   double fastest = -1;
   for (int k : ks) {
-    if (k > 1 && config_.optcc_segments == 0 &&
-        static_cast<double>(bytes) / (k * healthy) < kMinOptccChunkBytes) {
+    if (k > 1 && forced == 0 &&
+        static_cast<double>(bytes) / (k * owners) < kMinSegmentChunkBytes) {
       break;
     }
     PlanChoice c = base;
@@ -456,15 +500,7 @@ std::shared_ptr<const LoweredSchedule> Planner::lower(int rank, const PlanChoice
                                                       bool ordered_recvs) const {
   PlanChoice key_choice = choice;
   if (n_ <= 1) key_choice = PlanChoice{};
-  const Algorithm algo = key_choice.algorithm;
-  const ScheduleKey skey{algo,
-                         algo == Algorithm::Stragglar || algo == Algorithm::Bcast
-                             ? key_choice.straggler
-                             : -1,
-                         slow_key(algo == Algorithm::Optcc ? key_choice.slow
-                                                           : std::vector<Slowdown>{}),
-                         algo == Algorithm::Optcc ? key_choice.segments : 0};
-  const LoweredKey key{skey, rank, numel, elem_size, ordered_recvs};
+  const LoweredKey key{schedule_key(key_choice), rank, numel, elem_size, ordered_recvs};
   {
     std::lock_guard<std::mutex> lock(mu_);
     for (auto it = lowered_.begin(); it != lowered_.end(); ++it) {

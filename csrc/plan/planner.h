@@ -1,12 +1,15 @@
 // Chooses the all_reduce schedule per call and lowers it for one rank (no torch here).
 //
 // Policy (Settings::algo / Settings::straggler, see docs/algorithms.md):
-//  * An explicit algorithm (ring, rhd, direct, bcast, stragglar, optcc, rd) always runs; the
-//    straggler-aware ones use the configured straggler (or the last rank when none is set).
+//  * An explicit algorithm (ring, rhd, direct, bcast, stragglar, optcc, rd, stragglar_direct)
+//    always runs; the straggler-aware ones use the configured straggler (or the last rank when
+//    none is set).
 //  * Auto with a straggler for the call (configured, or agreed per call in dynamic mode) runs
 //    StragglAR for it, when n >= 3. For the persistent straggler the profiler picked it runs
 //    StragglAR where the cost model, with the straggler's typical delay, predicts it faster than
-//    the algorithm below (not for small calls, whose recursive doubling needs fewer rounds).
+//    the algorithm below (not for small calls, whose recursive doubling needs fewer rounds); over
+//    a network (pipeline_bytes > 0, CPU executor) StragglAR-direct is weighed too, and the
+//    fastest of the three runs.
 //  * Auto without a straggler runs the fastest of Ring / RHD (and, for small host calls, the
 //    recursive doubling of core/rd.cc, PlannerConfig::rd_max_bytes) under the alpha-beta cost model
 //    (core::simulate on the actual schedule, so non-power-of-2 overheads count); an alternative
@@ -97,7 +100,8 @@ class Planner {
   // (for the profiler's persistent straggler only where the cost model, with that delay,
   // predicts it faster than what the call would run without one: not for small calls, whose
   // recursive doubling needs fewer rounds), else the fastest of Ring/RHD (and Rd); with degraded
-  // links it simulates every candidate (Ring, RHD, OptCC at several segment counts, StragglAR for a call straggler) on the network model, with
+  // links it simulates every candidate (Ring, RHD, OptCC at several segment counts, StragglAR and,
+  // over a network, StragglAR-direct for a call straggler) on the network model, with
   // the straggler's delay, and runs the fastest (Ring unless another is switch_margin faster;
   // OptCC, judged by its fastest segment count, needs no margin over Ring and then runs the most
   // segments predicted within 2% of that count).
@@ -129,6 +133,12 @@ class Planner {
 
  private:
   std::shared_ptr<const core::Schedule> schedule_for(const PlanChoice& choice) const;
+  // StragglAR-direct for `straggler` with the segment count fastest_segments picks, with the
+  // straggler `delay_s` late; predicted_s = -1 if no count builds.
+  PlanChoice direct_for_straggler(size_t bytes, int straggler, double delay_s) const;
+  // Offered by Auto only over a network (its steps' n-1 concurrent messages serialise on shared
+  // memory with few cores, which the flat model does not see).
+  bool direct_candidate() const { return n_ >= 3 && config_.pipeline_bytes > 0; }
   PlanChoice auto_base(size_t bytes, bool allow_rd) const;
   PlanChoice auto_degraded(size_t bytes, int call_straggler, double delay_s,
                            const NetworkModel& net) const;
@@ -137,15 +147,17 @@ class Planner {
   PlanChoice auto_profiled(size_t bytes, int straggler, double delay_s, bool host) const;
   static double delay_bucket(double delay_s);
   PlanChoice fixed_choice(int call_straggler, const NetworkModel& net) const;
-  // `base` (OptCC) with the segment count the cost model predicts fastest for `bytes` (cached).
-  PlanChoice best_optcc_segments(size_t bytes, const PlanChoice& base) const;
+  // `base` (OptCC, StragglAR-direct) with the segment count the cost model predicts fastest for
+  // `bytes` (cached).
+  PlanChoice best_segments(size_t bytes, const PlanChoice& base) const;
   // The most segments predicted within kSegmentTolerance of the fastest count for `bytes` (with
   // `late_rank` arriving `delay_s` late), predicted_s set; predicted_s = -1 when no count builds.
   // `fastest_s`: the fastest count's time (what OptCC is compared with the others by).
-  PlanChoice fastest_optcc_segments(size_t bytes, const PlanChoice& base, int late_rank,
-                                    double delay_s, double* fastest_s = nullptr) const;
+  PlanChoice fastest_segments(size_t bytes, const PlanChoice& base, int late_rank,
+                              double delay_s, double* fastest_s = nullptr) const;
 
   using ScheduleKey = std::tuple<Algorithm, int, std::vector<std::pair<int, double>>, int>;
+  static ScheduleKey schedule_key(const PlanChoice& choice);
   using LoweredKey = std::tuple<ScheduleKey, int, size_t, size_t, bool>;
   using AutoKey = std::tuple<size_t, int, double>;
 

@@ -164,8 +164,8 @@ const std::vector<Row>& rows() {
        [](const Settings& s) { return std::string(transport_choice_name(s.transport)); }},
       {{"algo", "STRAGG_ALGO", "choice", "auto", "one of " + algorithm_list(),
         "all_reduce schedule: ring (pipelined Ring), rhd, direct, bcast, stragglar, optcc, rd "
-        "(recursive doubling), or "
-        "auto (chosen per call by the planner, see docs/algorithms.md)",
+        "(recursive doubling), stragglar_direct (StragglAR's pre-arrival, pipelined direct "
+        "post-arrival), or auto (chosen per call by the planner, see docs/algorithms.md)",
         true},
        [](Settings& s, const SettingValue& v, const std::string& a) {
          s.algo = choice_of<Algorithm>(v, kAlgorithmNames, a);

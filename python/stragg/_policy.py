@@ -23,7 +23,7 @@ def set_policy(
     environment variables. Every rank must set the same policy (checked at group creation).
 
     algo: "auto" (default; cost model, StragglAR when there is a straggler), "ring", "rhd",
-      "direct", "bcast", "stragglar" or "optcc".
+      "direct", "bcast", "stragglar", "stragglar_direct" or "optcc".
     straggler: a rank (configured straggler), "auto" (default: the profiler's persistent
       straggler), "dynamic" (whoever arrives last, agreed per call) or "none".
     dynamic_window_us: wait-or-proceed window of the dynamic mode ("auto": from the cost model).

@@ -293,7 +293,7 @@ def _simulate_rows(args: argparse.Namespace, beta: float) -> list[dict[str, Any]
         for algo in args.algo:
             params = dict(extra)
             who: int | None = None
-            if algo in ("stragglar", "bcast") or (algo == "optcc" and not slow):
+            if algo in ("stragglar", "bcast", "stragglar_direct") or (algo == "optcc" and not slow):
                 if "stragglers" not in params:
                     who = straggler
             elif algo == "optcc":

@@ -100,7 +100,8 @@ std::string case_name(const ::testing::TestParamInfo<Case>& info) {
 
 INSTANTIATE_TEST_SUITE_P(EveryAlgorithm, HostGpuAllreduce,
                          ::testing::Combine(::testing::Values("auto", "ring", "rhd", "direct",
-                                                              "bcast", "stragglar", "optcc"),
+                                                              "bcast", "stragglar", "optcc",
+                                                              "stragglar_direct"),
                                             ::testing::Values(2, 3, 4),
                                             ::testing::Values(size_t{1}, size_t{5003}),
                                             ::testing::Values(false)),

@@ -463,7 +463,8 @@ std::string case_name(const ::testing::TestParamInfo<Case>& info) {
 
 INSTANTIATE_TEST_SUITE_P(AllGenerators, MixedScheduleExecution,
                          ::testing::Combine(::testing::Values("ring", "rhd", "direct", "bcast",
-                                                              "stragglar", "optcc"),
+                                                              "stragglar", "optcc",
+                                                              "stragglar_direct"),
                                             ::testing::Values("AABB", "ABABA")),
                          case_name);
 

@@ -252,6 +252,47 @@ TEST(Planner, OptccRunsTheMostSegmentsPredictedWithinTwoPercentOfTheFastest) {
   EXPECT_LT(c11.predicted_s, mild->predict(ring, bytes));
 }
 
+TEST(Planner, OverANetworkAProfiledStragglerGetsStragglarDirect) {
+  // 8 ranks on 300 Mbit/s links, 10 MiB, the straggler a reduce-scatter late: StragglAR-direct's
+  // k + 1 pipelined rounds of s/k beat StragglAR's n + log2(n) - 2 rounds of s/(n-1).
+  const size_t bytes = 10u << 20;
+  const double delay = 0.25;
+  PlannerConfig c = auto_config(Straggler::profiled());
+  c.pipeline_bytes = 64 << 10;  // what a network transport sets
+  Planner p(8, c);
+  p.set_link_model(link(100e-6, 8.0 / 300e6));
+  const PlanChoice choice = p.choose(bytes, 7, delay);
+  EXPECT_EQ(choice.algorithm, Algorithm::StragglarDirect) << choice.describe();
+  EXPECT_EQ(choice.straggler, 7);
+  EXPECT_GT(choice.segments, 1);
+  EXPECT_EQ(choice.describe(), "stragglar_direct(7,k=" + std::to_string(choice.segments) + ")");
+  PlanChoice stragglar;
+  stragglar.algorithm = Algorithm::Stragglar;
+  stragglar.straggler = 7;
+  EXPECT_LT(p.predict(choice, bytes, 7, delay), p.predict(stragglar, bytes, 7, delay));
+  // The GPU executor and shared memory (no pipelining) keep StragglAR.
+  EXPECT_EQ(p.choose(bytes, 7, delay, /*host=*/false).algorithm, Algorithm::Stragglar);
+  c.pipeline_bytes = 0;
+  Planner shm(8, c);
+  shm.set_link_model(link(100e-6, 8.0 / 300e6));
+  EXPECT_EQ(shm.choose(bytes, 7, delay).algorithm, Algorithm::Stragglar);
+}
+
+TEST(Planner, ExplicitStragglarDirectPicksItsSegmentsPerSize) {
+  PlannerConfig c = auto_config();
+  c.algo = Algorithm::StragglarDirect;
+  for (int n : {2, 3, 8}) {
+    Planner p(n, c);
+    EXPECT_EQ(p.algorithm(), Algorithm::StragglarDirect);
+    const PlanChoice big = p.choose(64u << 20, -1);
+    EXPECT_EQ(big.algorithm, Algorithm::StragglarDirect);
+    EXPECT_EQ(big.straggler, n - 1);  // the last rank when none is configured
+    EXPECT_GT(big.segments, 1) << n;
+    // Chunks of at least 4 KiB: a small call runs one segment.
+    EXPECT_EQ(p.choose(4096, -1).segments, 1) << n;
+  }
+}
+
 TEST(Planner, ForcedSlowdownOverridesTheMeasuredNetwork) {
   PlannerConfig c = auto_config();
   c.slowdowns = {{1, 2.0}};

@@ -93,7 +93,7 @@ std::string case_name(const ::testing::TestParamInfo<Case>& info) {
 INSTANTIATE_TEST_SUITE_P(
     AllGenerators, ScheduleExecution,
     ::testing::Combine(::testing::Values("ring", "rhd", "direct", "bcast", "stragglar", "optcc",
-                                         "rd"),
+                                         "rd", "stragglar_direct"),
                        ::testing::Values(2, 3, 4, 5, 6, 8),
                        ::testing::Values(size_t{1}, size_t{7}, size_t{5003})),
     case_name);
@@ -157,7 +157,7 @@ TEST_P(WindowedExecution, BitwiseEqualToLockstepWithRandomFloats) {
 
 INSTANTIATE_TEST_SUITE_P(AllGenerators, WindowedExecution,
                          ::testing::Values("ring", "rhd", "direct", "bcast", "stragglar", "optcc",
-                                           "rd"));
+                                           "rd", "stragglar_direct"));
 
 // Recursive doubling reduces on both ranks of a pair: they must still agree bit for bit where
 // the sum is not commutative bitwise. x86 returns the first operand's payload for NaN + NaN, so

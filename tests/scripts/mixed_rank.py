@@ -32,7 +32,7 @@ import torch.distributed as dist
 
 import stragg
 
-ALGOS = ("ring", "rhd", "direct", "stragglar", "optcc")
+ALGOS = ("ring", "rhd", "direct", "stragglar", "optcc", "stragglar_direct")
 SIZES = (7, 300007)
 KILLED = 3
 
