@@ -43,8 +43,8 @@ seen by a post-accumulate-grad hook, to the end of backward(), where DDP waits f
 bucket); without a healthy Gloo job, the median over all Gloo jobs of the cluster (minus D where
 rank 0 is late). Gloo and stragg-ring are modelled as Ring; stragg as the plan it ran in most
 tail steps ("ring", "rhd", "stragglar(7)", "optcc(5=2,k=64)", ...). The model's best candidate
-is the fastest of Ring, StragglAR for the late rank and OptCC for the slow host's ranks (k from
-1..128); ceiling = predicted Ring step / predicted best step. The model sees n ranks with
+is the fastest of Ring, StragglAR and StragglAR-direct for the late rank and OptCC for the slow
+host's ranks (k from 1..128); ceiling = predicted Ring step / predicted best step. The model sees n ranks with
 one link each: with --nproc-per-node K > 1 every rank of the slow host gets the factor l and the
 host mates' shared-memory hops are not modelled. Ranks are taken from the jobs (torchrun's
 rendezvous numbers the hosts by address string, so host i holds rank i only up to 9 hosts).
@@ -400,28 +400,33 @@ def network(n: int, late_rank: int | None, delay: float, slow_ranks: list[int],
 
 def candidates(n: int, nbytes: int, alpha: float, beta: float, late_rank: int | None,
                delay: float, slow_ranks: list[int], slowdown: float) -> dict[str, float]:
-    """Predicted all_reduce time of Ring, StragglAR(late rank), OptCC(slow ranks; fastest k)."""
+    """Predicted all_reduce time of Ring, StragglAR(late rank), StragglAR-direct(late rank;
+    fastest k), OptCC(slow ranks; fastest k)."""
     arrival, slow = network(n, late_rank, delay, slow_ranks, slowdown)
     out = {"ring": simulate_plan("ring", n, nbytes, alpha, beta, arrival, slow)}
+
+    def fastest(plans: list[str]) -> None:
+        best: tuple[float, str] | None = None
+        for plan in plans:
+            try:
+                t = simulate_plan(plan, n, nbytes, alpha, beta, arrival, slow)
+            except Exception:  # noqa: BLE001 - a generator that cannot serve n is no candidate
+                continue
+            if best is None or t < best[0]:
+                best = (t, plan)
+        if best is not None:
+            out[best[1]] = best[0]
+
     if late_rank is not None:
         try:
             out[f"stragglar({late_rank})"] = simulate_plan(
                 f"stragglar({late_rank})", n, nbytes, alpha, beta, arrival, slow)
         except Exception as e:  # noqa: BLE001 - a generator that cannot serve n is no candidate
             eprint(f"training: no StragglAR candidate for n={n}: {e}")
+        fastest([f"stragglar_direct({late_rank},k={k})" for k in OPTCC_SEGMENTS])
     if slow_ranks and slowdown > 1:
         spec = ",".join(f"{r}={slowdown:g}" for r in slow_ranks)
-        best: tuple[float, str] | None = None
-        for k in OPTCC_SEGMENTS:
-            plan = f"optcc({spec},k={k})"
-            try:
-                t = simulate_plan(plan, n, nbytes, alpha, beta, arrival, slow)
-            except Exception:  # noqa: BLE001
-                continue
-            if best is None or t < best[0]:
-                best = (t, plan)
-        if best is not None:
-            out[best[1]] = best[0]
+        fastest([f"optcc({spec},k={k})" for k in OPTCC_SEGMENTS])
     return out
 
 

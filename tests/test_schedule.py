@@ -75,6 +75,32 @@ def test_rank_program_and_chunk_ranges_for_the_executor() -> None:
             assert op["recv"][3] in ("reduce", "copy")
 
 
+def test_stragglar_direct_rounds_chunks_and_model() -> None:
+    from stragg import sim
+
+    for n in (2, 3, 8, 13):
+        for k in (1, 4):
+            s = schedule.build("stragglar_direct", n, straggler=n // 2, segments=k)
+            assert s.verify(), (n, k)
+            assert s.num_post_arrival_rounds == k + 1
+            assert s.num_chunks == (n - 1) * k
+            assert s.stragglers == [n // 2]
+            for step in s.steps():
+                if step["pre_arrival"]:
+                    assert all(n // 2 not in (t["src"], t["dst"]) for t in step["transfers"])
+    # Post-arrival (k+1)(alpha + s*beta/k) once the straggler is later than the early ranks'
+    # reduce-scatter: every link moves s/k per round.
+    nbytes, alpha, beta, k = 8e6, 1e-4, 1e-8, 16
+    s = schedule.build("stragglar_direct", 8, segments=k)
+    delay = 1.0
+    t = sim.simulate(s, nbytes, alpha, beta, straggler=7, straggler_delay=delay).time
+    assert t - delay == pytest.approx((k + 1) * (alpha + nbytes * beta / k), rel=1e-6)
+    with pytest.raises(ValueError, match="segments must be >= 1"):
+        schedule.build("stragglar_direct", 4, segments=0)
+    with pytest.raises(ValueError, match="needs n >= 2"):
+        schedule.build("stragglar_direct", 1)
+
+
 def test_errors_are_value_errors() -> None:
     with pytest.raises(ValueError, match="unknown algorithm"):
         schedule.build("nope", 4)
