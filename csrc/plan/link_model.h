@@ -7,6 +7,10 @@ namespace stragg {
 
 inline constexpr double kDefaultAlphaS = 60e-6;
 inline constexpr double kDefaultBandwidthBytesPerS = 3e9;
+// The bandwidth a group over TCP assumes instead (10 Gbit/s) when neither default was overridden:
+// 3 GB/s is one host's memory, and under it RHD's fewer latencies win large calls that Ring runs
+// faster on a network (the first calls of a job, until the calls' rate or a probe corrects it).
+inline constexpr double kNetworkBandwidthBytesPerS = 1.25e9;
 
 // A rank whose link is slower by `factor` (measured, or STRAGG_SLOWDOWN=RANK=L,...): OptCC's l.
 struct Slowdown {

@@ -219,7 +219,9 @@ const std::vector<Row>& rows() {
        [](const Settings& s) { return num(s.alpha_us); }},
       {{"bandwidth_gbps", "STRAGG_BANDWIDTH_GBPS", "float",
         num(kDefaultBandwidthBytesPerS / 1e9), "a number > 0",
-        "cost-model bandwidth (GB/s) until the link probes measure it", true},
+        "cost-model bandwidth (GB/s) until the link probes measure it (over TCP, when this and "
+        "STRAGG_ALPHA_US are left at their defaults: 1.25, a 10 Gbit/s network)",
+        true},
        [](Settings& s, const SettingValue& v, const std::string& a) {
          s.bandwidth_gbps = float_in(v, 0, 1e9, true, a);
        },
@@ -460,6 +462,15 @@ LinkModel Settings::link_model() const {
   LinkModel m;
   m.alpha_s = alpha_us * 1e-6;
   m.beta_s_per_byte = 1.0 / (bandwidth_gbps * 1e9);
+  return m;
+}
+
+LinkModel Settings::initial_link_model(bool over_network) const {
+  LinkModel m = link_model();
+  if (over_network && alpha_us == kDefaultAlphaS * 1e6 &&
+      bandwidth_gbps == kDefaultBandwidthBytesPerS / 1e9) {
+    m.beta_s_per_byte = 1.0 / kNetworkBandwidthBytesPerS;
+  }
   return m;
 }
 

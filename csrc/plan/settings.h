@@ -91,6 +91,10 @@ struct Settings {
   std::string cuda_allreduce = "stragg";  // "stragg" (GPU executor) or "nccl" (inner NCCL)
 
   LinkModel link_model() const;
+  // The cost model until probes measure the links, for a group whose messages cross a network
+  // (`over_network`): link_model(), with kNetworkBandwidthBytesPerS where neither
+  // STRAGG_ALPHA_US nor STRAGG_BANDWIDTH_GBPS differs from its default.
+  LinkModel initial_link_model(bool over_network) const;
   ProfilerSettings profiler_settings() const;
 };
 

@@ -88,7 +88,7 @@ GroupProfiler::GroupProfiler(int rank, int n, const Settings& settings, Planner&
                     return std::adjacent_find(h.begin(), h.end()) != h.end();
                   }()),
       every_(settings.profiler_settings().exchange_every),
-      link_(settings.link_model()) {
+      link_(planner.link_model()) {
   if (settings_.enabled) profiler_ = std::make_unique<StragglerProfiler>(n, settings_);
   enabled_.store(profiler_ != nullptr);
 }

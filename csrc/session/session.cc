@@ -23,6 +23,7 @@ Session::Session(Rendezvous& rdv, SessionOptions options)
   if (path_ == AllreducePath::Executor) {
     PlannerConfig config = PlannerConfig::from(opt_.settings);
     if (transport_->over_network()) config.pipeline_bytes = opt_.settings.tcp_pipeline_bytes;
+    config.link = opt_.settings.initial_link_model(transport_->over_network());
     planner_ = std::make_unique<Planner>(opt_.size, std::move(config));
     for (const auto& note : planner_->notes()) log_info(prefix() + ": " + note);
     if (planner_->dynamic() && transport_->arrival_board() == nullptr) {

@@ -58,6 +58,19 @@ TEST(Settings, TypedValues) {
   EXPECT_DOUBLE_EQ(parse("bandwidth_gbps", "2").link_model().beta_s_per_byte, 0.5e-9);
 }
 
+TEST(Settings, InitialLinkModelAssumesANetworkOverTcpUnlessTheUserSetOne) {
+  const Settings defaults = parse_settings({});
+  EXPECT_DOUBLE_EQ(defaults.initial_link_model(false).beta_s_per_byte,
+                   1.0 / kDefaultBandwidthBytesPerS);
+  EXPECT_DOUBLE_EQ(defaults.initial_link_model(true).beta_s_per_byte,
+                   1.0 / kNetworkBandwidthBytesPerS);
+  EXPECT_DOUBLE_EQ(defaults.initial_link_model(true).alpha_s, kDefaultAlphaS);
+  // Either value set: the user's model, over TCP too.
+  EXPECT_DOUBLE_EQ(parse("bandwidth_gbps", "2").initial_link_model(true).beta_s_per_byte, 0.5e-9);
+  EXPECT_DOUBLE_EQ(parse("alpha_us", "10").initial_link_model(true).beta_s_per_byte,
+                   1.0 / kDefaultBandwidthBytesPerS);
+}
+
 TEST(Settings, ErrorsNameTheSourceTheValueAndWhatIsAccepted) {
   const std::string e = error_of("shm_slots", "0");
   EXPECT_NE(e.find("STRAGG_TEST='0'"), std::string::npos) << e;
