@@ -358,11 +358,9 @@ PlanChoice Planner::auto_degraded(size_t bytes, int call_straggler, double delay
     c.straggler = call_straggler;
     candidates.push_back(c);
   }
-  double direct_time = -1;
   if (call_straggler >= 0 && call_straggler < n_ && direct_candidate()) {
     PlanChoice c = direct_for_straggler(bytes, call_straggler, bucket);
-    direct_time = c.predicted_s;
-    if (direct_time >= 0) candidates.push_back(c);
+    if (c.predicted_s >= 0) candidates.push_back(c);  // predicted with its fastest k
   }
   PlanChoice best = candidates.front();  // Ring
   const double ring = predict(best, bytes, call_straggler, bucket);
@@ -370,7 +368,7 @@ PlanChoice Planner::auto_degraded(size_t bytes, int call_straggler, double delay
   double best_time = ring * (1.0 - config_.switch_margin);
   for (size_t i = 1; i < candidates.size(); ++i) {
     PlanChoice c = candidates[i];
-    double t = c.algorithm == Algorithm::Optcc ? optcc_fastest : direct_time;
+    double t = c.algorithm == Algorithm::Optcc ? optcc_fastest : c.predicted_s;
     if (c.algorithm != Algorithm::Optcc && c.algorithm != Algorithm::StragglarDirect) {
       try {
         t = c.predicted_s = predict(c, bytes, call_straggler, bucket);
