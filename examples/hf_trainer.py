@@ -181,6 +181,9 @@ def main(argv: list[str] | None = None) -> int:
     backend = str(dist.get_backend()) if dist.is_initialized() else None
     if dist.is_initialized():
         dist.barrier()
+        # Gloo can abort at interpreter exit ("terminate called without an active exception")
+        # when its group outlives main(): tear every group down while Python is still alive.
+        dist.destroy_process_group()
     if os.environ.get("RANK", "0") != "0":
         return 0
     result = {

@@ -137,6 +137,8 @@ def main(argv: list[str] | None = None) -> int:
         callbacks=callbacks,
     )
     trainer.fit(model, loader)
+    if torch.distributed.is_initialized():  # Lightning leaves the groups up; Gloo may abort at exit
+        torch.distributed.destroy_process_group()
     if trainer.global_rank != 0:
         return 0
     result = {
