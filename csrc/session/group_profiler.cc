@@ -305,6 +305,15 @@ void GroupProfiler::exchange(Executor& ex, const InternalSpec& spec,
     mode = plan_check_ ? check_.update(proposed, batch_period, exchanges, calls_) : proposed;
     checked = check_.total() != before;
     if (checked) latest = check_.records().back();
+    // The first campaign decides whether the network is degraded: when its budget runs out
+    // before its last slice, the next exchange (which grants more) comes after kFirstBatchCalls
+    // calls, not after K. Not while a plan check's trial runs (its batch measures the new plan)
+    // nor when exchanges are costly (K grew).
+    if (probe_stats_.campaigns == 0 && !confirming_ && prober_.active() &&
+        slices_allowed_ < prober_.slices_left() && every_ <= settings_.exchange_every &&
+        !check_.in_trial()) {
+      cut_batch_at_ = kFirstBatchCalls;
+    }
   }
   apply(mode);
   if (checked) {
@@ -365,8 +374,9 @@ void GroupProfiler::schedule_probes(double calls_beta_s, int k, double period_s)
   }
   if (!prober_.active()) {
     slices_allowed_ = 0;
-    // Nothing to spend it on: the allowance does not pile up into a burst later.
-    allowance_s_ = std::min(allowance_s_, 2 * slice_s_);
+    // Nothing to spend it on: the allowance does not pile up into a burst later. Until the
+    // first campaign it does: its budget is a share of the job's time until it, warm-up included.
+    if (slice_s_ > 0) allowance_s_ = std::min(allowance_s_, 2 * slice_s_);
     return;
   }
   const size_t affordable = slice_s_ > 0 ? static_cast<size_t>(allowance_s_ / slice_s_) : 0;

@@ -142,8 +142,10 @@ class GroupProfiler {
   uint64_t calls_ = 0;  // completed executor all_reduces (the profiler's call index)
   int every_;           // calls per exchange now
   uint64_t exchanges_done_ = 0;  // exchanges started
-  bool early_exchange_ = false;
-  int cut_batch_at_ = 0;  // > 0: the batch ends at this size (a probe's matrix is pending)  // the first came after kFirstBatchCalls calls, before call K
+  bool early_exchange_ = false;  // the first came after kFirstBatchCalls calls, before call K
+  // > 0: the batch ends at this size (a probe's matrix is pending, or the first campaign waits
+  // for budget)
+  int cut_batch_at_ = 0;
   bool costly_exchanges_ = false;  // the last exchange cost more than its share
   std::vector<double> batch_durations_;
   std::vector<int64_t> batch_bytes_;
