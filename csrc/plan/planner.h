@@ -130,15 +130,16 @@ class Planner {
 
   // OptCC segment counts Auto considers.
   static const std::vector<int>& optcc_segment_candidates();
+  // Whether Auto offers StragglAR-direct for a straggler: only over a network (its steps' n-1
+  // concurrent messages serialise on shared memory with few cores, which the flat model does
+  // not see). The straggler profiler weighs it then.
+  bool direct_candidate() const { return n_ >= 3 && config_.pipeline_bytes > 0; }
 
  private:
   std::shared_ptr<const core::Schedule> schedule_for(const PlanChoice& choice) const;
   // StragglAR-direct for `straggler` with the segment count fastest_segments picks, with the
   // straggler `delay_s` late; predicted_s = -1 if no count builds.
   PlanChoice direct_for_straggler(size_t bytes, int straggler, double delay_s) const;
-  // Offered by Auto only over a network (its steps' n-1 concurrent messages serialise on shared
-  // memory with few cores, which the flat model does not see).
-  bool direct_candidate() const { return n_ >= 3 && config_.pipeline_bytes > 0; }
   PlanChoice auto_base(size_t bytes, bool allow_rd) const;
   PlanChoice auto_degraded(size_t bytes, int call_straggler, double delay_s,
                            const NetworkModel& net) const;

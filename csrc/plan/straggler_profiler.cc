@@ -69,6 +69,19 @@ double stragglar_call_gain(int n, double bytes, double delay_s, bool s_was_late,
   return ring - stragglar;
 }
 
+double stragglar_direct_call_gain(int n, double bytes, double delay_s, bool s_was_late,
+                                  const LinkModel& link) {
+  if (n < 3) return 0;
+  const double a = link.alpha_s, b = link.beta_s_per_byte;
+  // (k+1)(a + bytes*b/k) is least at k = sqrt(bytes*b/a); the planner picks k the same way.
+  const double k = std::clamp(std::round(std::sqrt(bytes * b / std::max(a, 1e-12))), 1.0, 1024.0);
+  const double rounds = (k + 1) * (a + bytes * b / k);
+  const double rs = cf::stragglar_reduce_scatter(n, bytes, a, b);
+  const double ring = cf::ring(n, bytes, a, b);
+  if (!s_was_late) return ring - (rs + rounds);
+  return delay_s + ring - (std::max(delay_s, rs) + rounds);
+}
+
 StragglerProfiler::StragglerProfiler(int n, ProfilerSettings settings)
     : n_(n), settings_(std::move(settings)) {
   if (n < 1) throw Error("stragg: straggler profiler needs a group of >= 1 ranks, got " + num(n));
@@ -247,9 +260,14 @@ double StragglerProfiler::share(const Evaluation& e, int rank) const {
 
 double StragglerProfiler::gain(int rank, const LinkModel& link) const {
   if (rank < 0 || window_.empty()) return 0;
-  double sum = 0;
-  for (const auto& rec : window_)
-    sum += stragglar_call_gain(n_, static_cast<double>(rec.bytes), rec.delay_s, rec.last == rank, link);
+  double sum = 0, direct = 0;
+  for (const auto& rec : window_) {
+    const double bytes = static_cast<double>(rec.bytes);
+    sum += stragglar_call_gain(n_, bytes, rec.delay_s, rec.last == rank, link);
+    if (direct_variant_)
+      direct += stragglar_direct_call_gain(n_, bytes, rec.delay_s, rec.last == rank, link);
+  }
+  if (direct_variant_) sum = std::max(sum, direct);
   return sum / static_cast<double>(window_.size());
 }
 

@@ -19,7 +19,9 @@
 //     rank, takes max(d, stragglar_reduce_scatter()) + stragglar_best(); when s was not late
 //     (another rank was, or nobody) StragglAR loses the critical delay c =
 //     stragglar_critical_delay() against Ring. Gain of s = mean over ALL window calls of
-//     (Ring - StragglAR) per call.
+//     (Ring - StragglAR) per call. Where the planner may run StragglAR-direct for s instead
+//     (set_direct_variant: over a network), it is modelled alike (stragglar_direct_call_gain) and
+//     the gain of s is the larger of the two means: the planner runs the faster schedule.
 //  3. Candidate = rank with the most significant last-counts in the window (ties: lowest rank);
 //     share(r) = count(r) / significant calls in the window, or 0 when fewer than window/4 calls
 //     of the window are significant. A rank qualifies for adoption iff share >= adopt_share and
@@ -111,6 +113,13 @@ struct ProfilerSummary {
 double stragglar_call_gain(int n, double bytes, double delay_s, bool s_was_late,
                            const LinkModel& link);
 
+// The same for StragglAR-direct (core/stragglar_direct.cc) in the simulator's lock-step model:
+// the reduce-scatter among the n-1 early ranks, then k+1 rounds of alpha + bytes*beta/k after s
+// arrives (k the best for the link); when s was not late it loses (reduce-scatter + rounds -
+// Ring).
+double stragglar_direct_call_gain(int n, double bytes, double delay_s, bool s_was_late,
+                                  const LinkModel& link);
+
 class StragglerProfiler {
  public:
   static constexpr size_t kRecentCalls = 4096;
@@ -138,6 +147,8 @@ class StragglerProfiler {
   // Back to no straggler (records a decision with this reason if it changes) and clears the
   // hysteresis state.
   void reset_decision(const std::string& reason);
+  // Whether the planner may run StragglAR-direct for the straggler (rule 2). Default: no.
+  void set_direct_variant(bool on) { direct_variant_ = on; }
 
  private:
   struct CallSample {
@@ -168,6 +179,7 @@ class StragglerProfiler {
   int n_;
   ProfilerSettings settings_;
   int straggler_ = -1;
+  bool direct_variant_ = false;
 
   std::deque<CallSample> window_;
   std::deque<CallSample> recent_;

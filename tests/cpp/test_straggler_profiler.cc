@@ -91,7 +91,46 @@ TEST(StragglarCallGain, MatchesClosedForms) {
   EXPECT_EQ(stragglar_call_gain(2, s, 0.005, true, l), 0.0);
 }
 
+TEST(StragglarDirectCallGain, MatchesTheLockStepModel) {
+  // 4 ranks, 1.85 MB over 25 MB/s links (the CI training benchmark's emulated hosts).
+  LinkModel l;
+  l.alpha_s = 125e-6;
+  l.beta_s_per_byte = 1.0 / 25e6;
+  const double s = 1.85e6, a = l.alpha_s, b = l.beta_s_per_byte;
+  const double k = std::round(std::sqrt(s * b / a));
+  const double rounds = (k + 1) * (a + s * b / k);
+  const double rs = cf::stragglar_reduce_scatter(4, s, a, b);
+  EXPECT_NEAR(stragglar_direct_call_gain(4, s, 0.06, true, l), cf::ring(4, s, a, b) - rounds,
+              1e-12);
+  EXPECT_NEAR(stragglar_direct_call_gain(4, s, 0.06, false, l), cf::ring(4, s, a, b) - rs - rounds,
+              1e-12);
+  // Its rounds beat StragglAR's n + log2(n) - 2 = 4 rounds of s/(n-1) here.
+  EXPECT_GT(stragglar_direct_call_gain(4, s, 0.06, true, l),
+            stragglar_call_gain(4, s, 0.06, true, l));
+  EXPECT_EQ(stragglar_direct_call_gain(2, s, 0.06, true, l), 0.0);
+}
+
 // ---- adoption --------------------------------------------------------------------------------
+
+// Links as in the CI training benchmark; rank 3 late by 55 ms in 2 of every 3 calls, another rank
+// in the third. StragglAR's model gains less than the third call costs it; where the planner
+// may run StragglAR-direct (over a network), that variant's gain counts.
+TEST(StragglerProfiler, DirectVariantCountsWhereThePlannerMayRunIt) {
+  LinkModel l;
+  l.alpha_s = 125e-6;
+  l.beta_s_per_byte = 1.0 / 25e6;
+  std::vector<Call> calls;
+  for (int i = 0; i < 48; ++i) calls.push_back(i % 3 == 2 ? late(i % 2, 0.055) : late(3, 0.055));
+  for (const bool direct : {false, true}) {
+    StragglerProfiler p(4, defaults());
+    p.set_direct_variant(direct);
+    Feeder f{p, 4, 1850000, l};
+    for (int b = 0; b < 4; ++b)
+      f.batch(std::vector<Call>(calls.begin() + 12 * b, calls.begin() + 12 * (b + 1)));
+    EXPECT_EQ(p.straggler(), direct ? 3 : -1) << "direct variant " << direct;
+    EXPECT_EQ(p.summary().predicted_gain_s > 0, direct) << p.summary().predicted_gain_s;
+  }
+}
 
 TEST(StragglerProfiler, PersistentStragglerAdoptedAfterPatience) {
   StragglerProfiler p(8, defaults());
