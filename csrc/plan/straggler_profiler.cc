@@ -73,7 +73,7 @@ double stragglar_direct_call_gain(int n, double bytes, double delay_s, bool s_wa
                                   const LinkModel& link) {
   if (n < 3) return 0;
   const double a = link.alpha_s, b = link.beta_s_per_byte;
-  // (k+1)(a + bytes*b/k) is least at k = sqrt(bytes*b/a); the planner picks k the same way.
+  // (k+1)(a + bytes*b/k) is least at k = sqrt(bytes*b/a), about the count the planner picks.
   const double k = std::clamp(std::round(std::sqrt(bytes * b / std::max(a, 1e-12))), 1.0, 1024.0);
   const double rounds = (k + 1) * (a + bytes * b / k);
   const double rs = cf::stragglar_reduce_scatter(n, bytes, a, b);
