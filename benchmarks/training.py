@@ -45,9 +45,10 @@ rank 0 is late). Gloo and stragg-ring are modelled as Ring; stragg as the plan i
 tail steps ("ring", "rhd", "stragglar(7)", "optcc(5=2,k=64)", ...). The model's best candidate
 is the fastest of Ring, StragglAR and StragglAR-direct for the late rank and OptCC for the slow
 host's ranks (k from 1..128); ceiling = predicted Ring step / predicted best step. The model sees
-n ranks with one link each: with --nproc-per-node K > 1 every rank of the slow host gets the factor l and the
-host mates' shared-memory hops are not modelled. Ranks are taken from the jobs (torchrun's
-rendezvous numbers the hosts by address string, so host i holds rank i only up to 9 hosts).
+n ranks with one link each: with --nproc-per-node K > 1 every rank of the slow host gets the
+factor l and the host mates' shared-memory hops are not modelled. Ranks are taken from the jobs
+(torchrun's rendezvous numbers the hosts by address string, so host i holds rank i only up to 9
+hosts).
 
 Also reported: what stragg decided (plans of the tail steps, the call and step at which it first
 ran StragglAR and OptCC, the degraded ranks its link probes found, the profiler's straggler), the

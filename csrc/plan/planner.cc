@@ -27,9 +27,9 @@ constexpr size_t kLoweredCacheLimit = 64;
 // worth a candidate (below, alpha rules).
 constexpr double kMinSegmentChunkBytes = 4096;
 // OptCC's (and StragglAR-direct's) segment count: among the counts predicted within this share
-// of the fastest, the largest runs. The executor overlaps a segment's latency with the other segments' transfers,
-// which the lockstep model does not credit, so more segments run faster and steadier than it
-// predicts (docs/benchmarks.md, "Numbers behind constants").
+// of the fastest, the largest runs. The executor overlaps a segment's latency with the other
+// segments' transfers, which the lockstep model does not credit, so more segments run faster
+// and steadier than it predicts (docs/benchmarks.md, "Numbers behind constants").
 constexpr double kSegmentTolerance = 0.02;
 
 void check_link(const LinkModel& l) {

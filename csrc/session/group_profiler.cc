@@ -89,7 +89,10 @@ GroupProfiler::GroupProfiler(int rank, int n, const Settings& settings, Planner&
                   }()),
       every_(settings.profiler_settings().exchange_every),
       link_(planner.link_model()) {
-  if (settings_.enabled) profiler_ = std::make_unique<StragglerProfiler>(n, settings_);
+  if (settings_.enabled) {
+    profiler_ = std::make_unique<StragglerProfiler>(n, settings_);
+    profiler_->set_direct_variant(planner.direct_candidate());  // fixed with the transport
+  }
   enabled_.store(profiler_ != nullptr);
 }
 
@@ -241,7 +244,6 @@ void GroupProfiler::exchange(Executor& ex, const InternalSpec& spec,
     last_drift_probe_ = profiler_->exchanges();
     probe_due_ = true;
   }
-  profiler_->set_direct_variant(planner_.direct_candidate());
   const bool changed = profiler_->add_batch(durations, k, bytes, link_, batch_first_call_);
   // Not summary(): it evaluates the cost model for its report, which small calls would pay for.
   recent_delays_ = profiler_->recent_delays(static_cast<size_t>(settings_.window));
