@@ -83,7 +83,10 @@ double stragglar_direct_call_gain(int n, double bytes, double delay_s, bool s_wa
 }
 
 StragglerProfiler::StragglerProfiler(int n, ProfilerSettings settings)
-    : n_(n), settings_(std::move(settings)) {
+    : n_(n),
+      settings_(std::move(settings)),
+      window_(static_cast<size_t>(std::max(settings_.window, 1))),
+      recent_(kRecentCalls) {
   if (n < 1) throw Error("stragg: straggler profiler needs a group of >= 1 ranks, got " + num(n));
   validate_profiler_settings(settings_);
   last_counts_.assign(n_, 0);
@@ -127,41 +130,41 @@ size_t StragglerProfiler::record_calls(const std::vector<double>& durations, siz
                                        const std::vector<int64_t>& bytes) {
   size_t valid = 0;
   for (size_t i = 0; i < ku; ++i) {
-    bool ok = true;
+    // One pass: the shortest duration (ties: lowest rank) and the second shortest.
+    double shortest = std::numeric_limits<double>::infinity();
+    double second = shortest;
     int last = 0;
+    bool ok = true;
     for (int r = 0; r < n_; ++r) {
       const double d = durations[static_cast<size_t>(r) * ku + i];
-      if (!std::isfinite(d) || d < 0) {
+      if (!(d >= 0) || !std::isfinite(d)) {
         ok = false;
         break;
       }
-      if (d < durations[static_cast<size_t>(last) * ku + i]) last = r;  // ties: lowest rank
+      if (d < shortest) {
+        second = shortest;
+        shortest = d;
+        last = r;
+      } else if (d < second) {
+        second = d;
+      }
     }
     if (!ok) {
       ++skipped_;
       continue;
     }
-    double delay = 0;
-    if (n_ >= 2) {
-      double second = std::numeric_limits<double>::infinity();
-      for (int r = 0; r < n_; ++r)
-        if (r != last) second = std::min(second, durations[static_cast<size_t>(r) * ku + i]);
-      delay = second - durations[static_cast<size_t>(last) * ku + i];
-    }
     CallSample rec;
-    rec.delay_s = delay;
+    rec.delay_s = n_ >= 2 ? second - shortest : 0;
     rec.bytes = bytes[i];
-    rec.last = (n_ >= 2 && delay >= settings_.noise_floor_s) ? last : -1;
+    rec.last = (n_ >= 2 && rec.delay_s >= settings_.noise_floor_s) ? last : -1;
     if (rec.last >= 0)
       ++last_counts_[rec.last];
     else
       ++insignificant_;
     ++calls_;
     ++valid;
-    window_.push_back(rec);
-    if (window_.size() > static_cast<size_t>(settings_.window)) window_.pop_front();
-    recent_.push_back(rec);
-    if (recent_.size() > kRecentCalls) recent_.pop_front();
+    window_.push(rec);
+    recent_.push(rec);
   }
   return valid;
 }
@@ -309,9 +312,7 @@ std::vector<double> StragglerProfiler::recent_delays(size_t count) const {
   const size_t w = std::min(count, recent_.size());
   std::vector<double> out;
   out.reserve(w);
-  for (auto it = recent_.end() - static_cast<std::ptrdiff_t>(w); it != recent_.end(); ++it) {
-    out.push_back(it->delay_s);
-  }
+  for (size_t i = recent_.size() - w; i < recent_.size(); ++i) out.push_back(recent_[i].delay_s);
   return out;
 }
 

@@ -50,6 +50,7 @@
 
 #include "plan/link_model.h"
 #include "plan/plan_check.h"
+#include "plan/recent_buffer.h"
 
 namespace stragg {
 
@@ -181,8 +182,8 @@ class StragglerProfiler {
   int straggler_ = -1;
   bool direct_variant_ = false;
 
-  std::deque<CallSample> window_;
-  std::deque<CallSample> recent_;
+  RecentBuffer<CallSample> window_;
+  RecentBuffer<CallSample> recent_;
   std::vector<int64_t> last_counts_;
   uint64_t calls_ = 0;
   uint64_t exchanges_ = 0;

@@ -2,6 +2,7 @@
 // STRAGG_DEBUG=DETAIL logs, and what the profiler learns from.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <string>
 
@@ -24,6 +25,9 @@ struct CallRecord {
   double pre_arrival_s = 0;  // of run_s, in pre-arrival steps
   double window_s = 0;       // dynamic straggler: the wait-or-proceed window used
   double predicted_s = 0;    // the cost model's time for the choice (0: not predicted)
+  // When this rank's run ended (unset: not run on the executor). The profiler times the job's
+  // steps from it, so that it reads no clock of its own on every call.
+  std::chrono::steady_clock::time_point run_end{};
   bool ok = true;
 };
 

@@ -34,9 +34,14 @@ constexpr double kProbeTransferS = 0.008;
 constexpr size_t kMinProbeTransfer = 64 * 1024;
 constexpr size_t kMaxProbeTransfer = 1 << 20;
 // Exchanges cost at most this share of the calls' time: K doubles (up to kMaxEvery) after two
-// batches in a row above it, and comes back down once the calls are 8x longer.
-constexpr double kExchangeShare = 0.01;
-constexpr int kMaxEvery = 1024;
+// batches in a row above it, while a batch stays within kMaxBatchS of the job's time, and comes
+// back down once the calls are 8x longer or a batch takes over twice that. The profiler decides
+// after a few batches (patience): the cap bounds its reaction time (a 4 KiB call of 6 us runs
+// 4096 calls in 25 ms), and calls of milliseconds keep their K whatever the exchanges cost (a
+// loaded machine inflates them).
+constexpr double kExchangeShare = 0.0025;
+constexpr int kMaxEvery = 4096;
+constexpr double kMaxBatchS = 0.05;
 // The batch's typical call time and its drift are medians of at most its last this many calls:
 // enough to be stable, and at 4 KiB a median of 1024 costs 10-15 ns per call of the batch.
 constexpr size_t kMedianCalls = 256;
@@ -96,8 +101,6 @@ GroupProfiler::GroupProfiler(int rank, int n, const Settings& settings, Planner&
   enabled_.store(profiler_ != nullptr);
 }
 
-bool GroupProfiler::enabled() const { return enabled_.load(std::memory_order_relaxed); }
-
 void GroupProfiler::run_probe_slices(Executor& ex, const InternalSpec& spec,
                                      std::chrono::milliseconds timeout) {
   if (slices_allowed_ == 0 || !prober_.active()) return;
@@ -126,7 +129,7 @@ void GroupProfiler::after_call(Executor& ex, const InternalSpec& spec, const Cal
                                std::chrono::milliseconds timeout) {
   if (!enabled()) return;
   const uint64_t call = calls_++;
-  const auto now = Clock::now();
+  const auto now = record.run_end == Clock::time_point{} ? Clock::now() : record.run_end;
   if (batch_durations_.empty()) batch_first_call_ = call;
   if (!interval_spoiled_) batch_intervals_.push_back(seconds(now - last_end_));
   last_end_ = now;
@@ -171,7 +174,8 @@ void GroupProfiler::exchange(Executor& ex, const InternalSpec& spec,
   const double period = batch_intervals_.size() >= 3 ? median_of_tail(batch_intervals_) : -1;
   batch_intervals_.clear();
   // All-gather through a sum: every rank fills its own row, zeros elsewhere (x + 0 is exact).
-  std::vector<double> all(static_cast<size_t>(n_) * w, 0.0);
+  std::vector<double>& all = exchange_rows_;  // kept between exchanges: no allocation
+  all.assign(static_cast<size_t>(n_) * w, 0.0);
   double* row = all.data() + static_cast<size_t>(rank_) * w;
   std::copy(batch_durations_.begin(), batch_durations_.end(), row);
   row[k] = period;
@@ -189,7 +193,8 @@ void GroupProfiler::exchange(Executor& ex, const InternalSpec& spec,
          spec("profiler exchange", DType::Float64, all.size()), all.data(), timeout);
   interval_spoiled_ = true;
 
-  std::vector<double> durations(static_cast<size_t>(n_) * k);
+  std::vector<double>& durations = exchange_durations_;
+  durations.resize(static_cast<size_t>(n_) * k);
   std::vector<double> periods;
   // An exchange's cost is the last rank's time in it: the others also waited for it to arrive.
   double slice_s = 0, exchange_s = 1e300;
@@ -208,9 +213,11 @@ void GroupProfiler::exchange(Executor& ex, const InternalSpec& spec,
   const double batch_time = batch_period * k;
   if (batch_period > 0 && exchange_s > 0 && exchange_s < 1e300) {
     const bool costly = batch_time * kExchangeShare < exchange_s;
-    if (costly && costly_exchanges_ && every_ < kMaxEvery) {
+    const double doubled_s = 2.0 * batch_period * every_;  // a batch's time at twice K
+    if (costly && costly_exchanges_ && every_ < kMaxEvery && doubled_s <= kMaxBatchS) {
       every_ = std::min(kMaxEvery, every_ * 2);
-    } else if (batch_time * kExchangeShare > 8 * exchange_s && every_ > settings_.exchange_every) {
+    } else if ((batch_time * kExchangeShare > 8 * exchange_s || doubled_s > 4 * kMaxBatchS) &&
+               every_ > settings_.exchange_every) {
       every_ = std::max(settings_.exchange_every, every_ / 2);
     }
     costly_exchanges_ = costly;

@@ -10,8 +10,8 @@
 //
 // Costs. An exchange is one small all_reduce every K calls (STRAGG_PROFILE_EVERY; one more after
 // call 4, so the calls' own rate replaces the default link model early); when the
-// calls are so short that it (its analysis included) would cost more than 1% of their time, K
-// doubles (up to 1024).
+// calls are so short that it (its analysis included) would cost more than 0.25% of their time, K
+// doubles (up to 4096, and while K calls take at most 50 ms: the profiler's reaction time).
 // Link probes run as a campaign of slices right after calls (session/link_prober.h), within a
 // budget: STRAGG_PROBE_BUDGET (5%) of the job's time until the first campaign has finished, 40%
 // of that after, and at most a quarter of a call's time per call, so no step of a job grows by
@@ -70,7 +70,7 @@ class GroupProfiler {
   // by a second one (needs_confirmation / average_links, plan/link_probe.h).
   void probe_links(Executor& ex, const InternalSpec& spec, std::chrono::milliseconds timeout);
 
-  bool enabled() const;
+  bool enabled() const { return enabled_.load(std::memory_order_relaxed); }
   // The straggler the session runs StragglAR for (-1: none): the profiler's persistent
   // straggler unless the plan check undid it, and its median delay (seconds).
   int straggler() const { return straggler_.load(); }
@@ -159,6 +159,8 @@ class GroupProfiler {
   double batch_probe_s_ = 0;      // this rank's time in probe slices during this batch
   size_t batch_slices_ = 0;
   double last_exchange_s_ = 0;   // this rank's time in the previous exchange
+  std::vector<double> exchange_rows_;       // an exchange's all_reduce buffer (n rows)
+  std::vector<double> exchange_durations_;  // and the n x k durations it gathered
   // Probe scheduling (identical on every rank).
   bool probe_due_ = false;
   bool periodic_probe_wanted_ = false;  // STRAGG_PROBE_EVERY exchanges passed; waits for its share

@@ -219,7 +219,8 @@ void Session::run_on_executor(AllreduceCall& call, CallRecord& record) {
     if (tracer) tracer->run_end(record, /*ok=*/false);
     throw;
   }
-  record.run_s = seconds_since(run_start);
+  record.run_end = Clock::now();
+  record.run_s = std::chrono::duration<double>(record.run_end - run_start).count();
   if (tracer) tracer->run_end(record, /*ok=*/true);
   const ExecutorStats& after = executor_->stats();
   record.agreement_s = after.agreement_s - before.agreement_s;

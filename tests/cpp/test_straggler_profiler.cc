@@ -2,6 +2,7 @@
 // duration matrices as the backend would exchange them every K calls.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <random>
@@ -11,6 +12,7 @@
 
 #include "common/error.h"
 #include "core/closed_forms.h"
+#include "plan/recent_buffer.h"
 #include "plan/straggler_profiler.h"
 
 namespace stragg {
@@ -466,6 +468,49 @@ TEST(StragglerProfiler, BoundedMemory) {
   EXPECT_EQ(s.recent_last.size(), StragglerProfiler::kRecentCalls);
   EXPECT_EQ(s.window_last_counts[1], 64);
   EXPECT_EQ(s.last_counts[1], 4800);
+}
+
+TEST(StragglerProfiler, RecentDelaysAreTheNewestInOrder) {
+  // Distinct delays (1 us apart; the early ranks differ by 0.1 us) across more calls than the
+  // profiler keeps: the summary lists the newest
+  // kRecentCalls oldest first, recent_delays(count) the newest `count`, the window its last 64.
+  StragglerProfiler p(3, defaults());
+  const size_t total = StragglerProfiler::kRecentCalls + 1000;
+  std::vector<Call> calls;
+  for (size_t i = 0; i < total; ++i) calls.push_back(late(static_cast<int>(i % 3), 1e-3 + 1e-6 * i));
+  for (size_t first = 0; first < total; first += 700) {
+    const std::vector<Call> batch(calls.begin() + first,
+                                  calls.begin() + std::min(total, first + 700));
+    p.add_batch(durations_for(3, batch), static_cast<int>(batch.size()),
+                std::vector<int64_t>(batch.size(), kMiB), LinkModel{}, first);
+  }
+  const auto s = p.summary();
+  ASSERT_EQ(s.recent_delays_s.size(), StragglerProfiler::kRecentCalls);
+  for (size_t j = 0; j < s.recent_delays_s.size(); ++j) {
+    const size_t i = total - StragglerProfiler::kRecentCalls + j;
+    EXPECT_NEAR(s.recent_delays_s[j], 1e-3 + 1e-6 * i, 2e-7) << j;
+    EXPECT_EQ(s.recent_last[j], static_cast<int>(i % 3)) << j;
+  }
+  const std::vector<double> last5 = p.recent_delays(5);
+  ASSERT_EQ(last5.size(), 5u);
+  EXPECT_NEAR(last5.back(), 1e-3 + 1e-6 * (total - 1), 2e-7);
+  EXPECT_NEAR(last5.front(), 1e-3 + 1e-6 * (total - 5), 2e-7);
+  int64_t window = 0;
+  for (int64_t c : s.window_last_counts) window += c;
+  EXPECT_EQ(window, 64);
+}
+
+TEST(RecentBuffer, KeepsTheNewestOldestFirst) {
+  RecentBuffer<int> b(3);
+  EXPECT_TRUE(b.empty());
+  b.push(1);
+  b.push(2);
+  EXPECT_EQ(std::vector<int>(b.begin(), b.end()), (std::vector<int>{1, 2}));
+  for (int v = 3; v <= 7; ++v) b.push(v);
+  ASSERT_EQ(b.size(), 3u);
+  EXPECT_EQ(b[0], 5);
+  EXPECT_EQ(b[2], 7);
+  EXPECT_EQ(std::vector<int>(b.begin(), b.end()), (std::vector<int>{5, 6, 7}));
 }
 
 void expect_setting_error(const ProfilerSettings& st, const std::string& field) {
