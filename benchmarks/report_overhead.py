@@ -2,10 +2,13 @@
 
 Launches of `--ranks` ranks on this host alternate the flight recorder off and on
 (TORCH_FR_BUFFER_SIZE unset / set: it is on or off for a whole process), `--pairs` times. In each
-launch, two stragg groups identical except the straggler profiler that the report reads
-(STRAGG_PROFILE on, the default, and off), and for every size, `--repeats` times: `--iters-*`
-back-to-back all_reduce calls on the report-on group and on the report-off group, which goes
-first alternating, so machine noise hits both alike; then as many repetitions of the report-on
+launch, `--group-pairs` pairs of stragg groups identical except the straggler profiler that the
+report reads (STRAGG_PROFILE on, the default, and off), and for every size, `--repeats` times:
+`--iters-*` back-to-back all_reduce calls on the report-on group and on the report-off group of
+one pair (the pairs in turn), which goes first alternating, so machine noise hits both alike.
+Several pairs, because a group's placement alone (its shared memory, its threads) shifts its
+calls by up to 2% in some launches: a single pair read that as the report's cost, and a control
+run (`--control`, every group report-off) as a 1.022 "overhead". Then as many repetitions of a report-on
 group outside and inside torch.profiler (CPU, record_shapes: the trace's args). The trace has
 its own phase because a profiler session's teardown slows the calls after it: a rotation of all
 three put it before one group only. Python's garbage collector is paused in the timed loops
@@ -22,6 +25,9 @@ repetitions (of the recorder-off launches) of each ratio:
 
 Both groups run the planner's choice with straggler "none", so the report cannot change the
 algorithm (it would not without a late rank either); the algorithms each group ran are printed.
+A repetition runs at least one exchange period of the report-on group (its calls per exchange,
+up to 4096 for 4 KiB calls), so that every repetition pays for one exchange: a median over
+shorter repetitions, most without one, would leave the exchanges out.
 
     python benchmarks/report_overhead.py --ranks 4 --sizes 4KiB,64MiB --repeats 31 --pairs 2
 """
@@ -54,12 +60,15 @@ from _common import (
 ON, OFF, TRACE = "report-on", "report-off", "report-on+trace"
 UNTRACED = "report-on, trace phase"  # the trace's baseline: the report-on group in its phase
 _FIRST_PROBE_ROUNDS = 200  # warm-up rounds at most, waiting for the first link probe to end
+_LONGEST_EXCHANGE_PERIOD = 4096  # calls per profiler exchange at most (group_profiler.cc)
 FR_SIZE = "2000"  # TORCH_FR_BUFFER_SIZE when the recorder is on (torch's documented example)
 
 
 @dataclass
 class Config:
     ranks: int
+    control: bool
+    group_pairs: int
     sizes: list[int]
     repeats: int
     iters_small: int
@@ -112,44 +121,76 @@ def _loop(buf: torch.Tensor, group: Any, iters: int, trace: bool) -> float:
 def worker(rank: int, cfg: Config, result_path: str) -> None:
     stragg_mod = start_overhead_worker(rank, cfg.ranks)
     timeout = datetime.timedelta(seconds=300)
-    groups = {ON: _group(True, timeout), OFF: _group(False, timeout)}
+    # Created alternately: a group's own placement (its shared memory, its threads) shifts its
+    # calls by up to 2% in some launches, which a single pair would read as the report's cost.
+    groups: dict[str, list[Any]] = {ON: [], OFF: []}
+    for _ in range(cfg.group_pairs):
+        groups[ON].append(_group(not cfg.control, timeout))
+        groups[OFF].append(_group(False, timeout))
     results: dict[str, dict[str, list[float]]] = {}
     own: dict[str, float] = {}
     algorithms: dict[str, dict[str, list[str]]] = {}
+    iters_used: dict[str, int] = {}
     for size in cfg.sizes:
         buf = torch.ones(size // 4)
         iters = cfg.iters_large if size >= cfg.large_from else cfg.iters_small
-        for name in (ON, OFF):  # warm-up: buffers, profiler state
-            _timed(buf, groups[name], max(2, iters // 4), trace=False)
-        # The job's first link probe (up to STRAGG_PROBE_BUDGET, 5%, of the time until it ends) is
-        # a one-time cost; the repetitions measure what a job pays from then on.
-        for _ in range(_FIRST_PROBE_ROUNDS):
-            probed = torch.tensor([_profiler(groups[ON])["probes"]["campaigns"]], dtype=torch.int64)
-            dist.all_reduce(probed, op=dist.ReduceOp.MIN)  # every rank loops alike
-            if probed.item() > 0:
-                break
-            _timed(buf, groups[ON], max(2, iters // 4), trace=False)
+        for g in groups[ON] + groups[OFF]:  # warm-up: buffers, profiler state
+            _timed(buf, g, max(2, iters // 4), trace=False)
+        if not cfg.control:
+            for g in groups[ON]:
+                _settle(buf, g, iters)
+        if size < cfg.large_from:
+            # Whole exchange periods (every rank holds the same period; a control run, with no
+            # profiler, the longest period, as a report-on run at 4 KiB settles on).
+            every = (_LONGEST_EXCHANGE_PERIOD if cfg.control
+                     else max(_profiler(g)["exchange_every"] for g in groups[ON]))
+            iters = -(-iters // every) * every
         key = str(size)
-        before = _own_cost(groups[ON])
+        iters_used[key] = iters
+        before = [_own_cost(g) for g in groups[ON]]
         results[key] = {name: [] for name in (ON, OFF, UNTRACED, TRACE)}
-        phases = [((ON, groups[ON], False), (OFF, groups[OFF], False)),
-                  ((UNTRACED, groups[ON], False), (TRACE, groups[ON], True))]
-        for pair in phases:
-            for rep in range(cfg.repeats):
-                for name, group, trace in (pair if rep % 2 == 0 else pair[::-1]):
-                    results[key][name].append(_timed(buf, group, iters, trace))
-        after = _own_cost(groups[ON])
-        own[key] = (after[0] - before[0]) / max(1, after[1] - before[1])
+        for rep in range(cfg.repeats):
+            j = rep % cfg.group_pairs
+            pair = ((ON, groups[ON][j]), (OFF, groups[OFF][j]))
+            for name, group in (pair if (rep // cfg.group_pairs) % 2 == 0 else pair[::-1]):
+                results[key][name].append(_timed(buf, group, iters, trace=False))
+        traced = ((UNTRACED, False), (TRACE, True))
+        for rep in range(cfg.repeats):
+            for name, trace in (traced if rep % 2 == 0 else traced[::-1]):
+                results[key][name].append(_timed(buf, groups[ON][0], iters, trace))
+        after = [_own_cost(g) for g in groups[ON]]
+        own[key] = (sum(a[0] - b[0] for a, b in zip(after, before))
+                    / max(1, sum(a[1] - b[1] for a, b in zip(after, before))))
         algorithms[key] = {
-            name: sorted({c["algorithm"] for c in stragg_mod.recent_calls(groups[name])[-iters:]})
+            name: sorted({c["algorithm"] for g in groups[name]
+                          for c in stragg_mod.recent_calls(g)[-iters:]})
             for name in (ON, OFF)
         }
     if rank == 0:
         with open(result_path, "w") as f:
-            json.dump({"results": results, "algorithms": algorithms, "own_s": own}, f)
-    for g in groups.values():
+            json.dump({"results": results, "algorithms": algorithms, "own_s": own,
+                       "iters": iters_used}, f)
+    for g in groups[ON] + groups[OFF]:
         dist.destroy_process_group(g)
     dist.destroy_process_group()
+
+
+def _settle(buf: torch.Tensor, group: Any, iters: int) -> None:
+    """Runs `group` past its first link probe and until its exchange period stops changing."""
+    # The job's first link probe (up to STRAGG_PROBE_BUDGET, 5%, of the time until it ends) is
+    # a one-time cost; the repetitions measure what a job pays from then on.
+    for _ in range(_FIRST_PROBE_ROUNDS):
+        probed = torch.tensor([_profiler(group)["probes"]["campaigns"]], dtype=torch.int64)
+        dist.all_reduce(probed, op=dist.ReduceOp.MIN)  # every rank loops alike
+        if probed.item() > 0:
+            break
+        _timed(buf, group, max(2, iters // 4), trace=False)
+    every = 0
+    for _ in range(4):
+        if every == _profiler(group)["exchange_every"]:
+            break
+        every = _profiler(group)["exchange_every"]
+        _timed(buf, group, 2 * every, trace=False)
 
 
 def _profiler(group: Any) -> dict[str, Any]:
@@ -180,11 +221,16 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--pairs", type=int, default=2, help="pairs of launches (recorder off, on)")
     p.add_argument("--iters-small", type=int, default=300, help="calls per repetition < 1 MiB")
     p.add_argument("--iters-large", type=int, default=3, help="calls per repetition >= 1 MiB")
+    p.add_argument("--group-pairs", type=int, default=3,
+                   help="report-on/off pairs of groups per launch, taken in turn")
+    p.add_argument("--control", action="store_true",
+                   help="both groups report-off: the benchmark's own reading of no difference")
     p.add_argument("--json", action="store_true", help="print one JSON object, nothing else")
     a = p.parse_args(argv)
     import stragg  # noqa: F401  (fail early, in the parent, if stragg is missing)
 
-    cfg = Config(a.ranks, a.sizes, a.repeats, a.iters_small, a.iters_large, parse_size("1MiB"))
+    cfg = Config(a.ranks, a.control, a.group_pairs, a.sizes, a.repeats, a.iters_small, a.iters_large,
+                 parse_size("1MiB"))
     # Launches alternate recorder off / on, `--pairs` times: each pair's ratio compares two
     # launches close in time.
     launches: dict[str, list[Any]] = {"recorder-off": [], "recorder-on": []}
@@ -222,20 +268,22 @@ def main(argv: list[str] | None = None) -> int:
             "recorder_report_ratio": _ratios([x for r in ons for x in r[ON]],
                                              [x for r in ons for x in r[OFF]]).__dict__,
             "algorithms": launches["recorder-off"][0]["algorithms"][key],
+            "calls_per_repetition": launches["recorder-off"][0]["iters"][key],
         })
-    doc = {"ranks": a.ranks, "repeats": a.repeats, "pairs": a.pairs, "iters_small": a.iters_small,
+    doc = {"ranks": a.ranks, "control": a.control, "group_pairs": a.group_pairs, "repeats": a.repeats, "pairs": a.pairs, "iters_small": a.iters_small,
            "iters_large": a.iters_large, "rows": rows}
     if a.json:
         print(json.dumps(doc))
         return 0
     print(f"# report / trace / flight recorder overhead: {a.ranks} ranks on one host, "
-          f"{a.pairs} x 2 launches of {a.repeats} repetitions of {a.iters_small} (< 1 MiB) or "
-          f"{a.iters_large} calls; ratios: median [min, max]")
+          f"{a.pairs} x 2 launches of {a.repeats} repetitions; ratios: median [min, max]"
+          + ("; CONTROL: both groups report-off" if a.control else ""))
     for r in rows:
         c = r["call_s"]
         print(f"  {r['bytes'] / 2**10:>8g} KiB  per call: report on {c[ON] * 1e6:.1f} us, off "
               f"{c[OFF] * 1e6:.1f} us, traced {c[TRACE] * 1e6:.1f} us; algorithms on "
-              f"{r['algorithms'][ON]} off {r['algorithms'][OFF]}")
+              f"{r['algorithms'][ON]} off {r['algorithms'][OFF]}; "
+              f"{r['calls_per_repetition']} calls per repetition")
         report = Stats(**r["report_ratio"])
         print(f"    report on/off          {_fmt(report)}   target <= 1.02: "
               f"{'PASS' if report.median <= 1.02 else 'FAIL'}")
