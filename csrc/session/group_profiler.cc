@@ -213,10 +213,10 @@ void GroupProfiler::exchange(Executor& ex, const InternalSpec& spec,
   const double batch_time = batch_period * k;
   if (batch_period > 0 && exchange_s > 0 && exchange_s < 1e300) {
     const bool costly = batch_time * kExchangeShare < exchange_s;
-    const double doubled_s = 2.0 * batch_period * every_;  // a batch's time at twice K
-    if (costly && costly_exchanges_ && every_ < kMaxEvery && doubled_s <= kMaxBatchS) {
+    const double batch_at_k_s = batch_period * every_;  // a batch of K calls (this one may be cut)
+    if (costly && costly_exchanges_ && every_ < kMaxEvery && 2 * batch_at_k_s <= kMaxBatchS) {
       every_ = std::min(kMaxEvery, every_ * 2);
-    } else if ((batch_time * kExchangeShare > 8 * exchange_s || doubled_s > 4 * kMaxBatchS) &&
+    } else if ((batch_time * kExchangeShare > 8 * exchange_s || batch_at_k_s > 2 * kMaxBatchS) &&
                every_ > settings_.exchange_every) {
       every_ = std::max(settings_.exchange_every, every_ / 2);
     }
