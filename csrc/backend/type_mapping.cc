@@ -1,10 +1,22 @@
 #include "backend/type_mapping.h"
 
 #include <c10/util/Exception.h>
+#include <torch/version.h>
 
 #include "runtime/reduce.h"
 
 namespace stragg {
+namespace {
+
+// The factor of a PREMUL_SUM op: c10d::NCCLPreMulSumSupplement up to torch 2.11, renamed
+// PreMulSumSupplement by 2.13 (which keeps the old name as an alias "for BC only").
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 13)
+using PreMulSumSupplement = c10d::PreMulSumSupplement;
+#else
+using PreMulSumSupplement = c10d::NCCLPreMulSumSupplement;
+#endif
+
+}  // namespace
 
 std::optional<DType> to_runtime_dtype(at::ScalarType t) {
   switch (t) {
@@ -93,7 +105,7 @@ LoweredReduceOp lower_reduce_op(const c10d::ReduceOp& op, DType dtype, int rank)
     case c10d::ReduceOp::PREMUL_SUM: {
       TORCH_CHECK(is_floating(dtype), STRAGG_WHERE,
                   "ReduceOp.PREMUL_SUM needs a floating-point tensor, got ", dtype_name(dtype));
-      auto* supp = dynamic_cast<c10d::PreMulSumSupplement*>(op.supplement_.get());
+      auto* supp = dynamic_cast<PreMulSumSupplement*>(op.supplement_.get());
       TORCH_CHECK(supp != nullptr, STRAGG_WHERE, "ReduceOp.PREMUL_SUM without a factor");
       out.op = ReduceOp::Sum;
       out.premul = true;
