@@ -96,6 +96,22 @@ struct BuildParams {
   bool bubble_fill = true;        // OptCC: App. C bubble filling for slowdown < 2
   std::string order = "s3_first";
 };
+
+// ---- host_level.cc: a two-level all_reduce for groups whose ranks share hosts: a ring
+// reduce-scatter inside every host, the cross-host schedule `cross` (on the P hosts) run on K
+// lanes at once (lane j: local rank j of every host, on 1/K of the buffer), a ring allgather
+// inside every host. With `late_rank` >= 0 its host mates and the other hosts run everything
+// that does not need its data before it arrives (its host is `cross`'s straggler). Hosts must
+// hold the same number of ranks (else ScheduleError). K*C chunks, C = cross's chunks.
+struct HostLevelOptions {
+  Algorithm cross = Algorithm::Ring;
+  BuildParams cross_params;  // stragglers / slowdowns by HOST index (OptCC's slow hosts)
+  int late_rank = -1;        // a rank (not a host); -1: none
+};
+Schedule host_level(const std::vector<int>& host_of, const HostLevelOptions& opt);
+// The ranks of each host, ascending, hosts numbered 0..P-1 as in host_of (ScheduleError if a
+// host index is negative or skipped).
+std::vector<std::vector<int>> host_ranks(const std::vector<int>& host_of);
 // Builds the all_reduce schedule of `algo` (not Algorithm::Auto) for n ranks. Throws
 // ScheduleError for bad parameters.
 Schedule build(Algorithm algo, int n, const BuildParams& params);

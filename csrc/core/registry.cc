@@ -1,6 +1,7 @@
 // Name -> generator registry used by the Python API and the CLIs.
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <functional>
 #include <map>
 #include <set>
@@ -59,6 +60,56 @@ Entry all_reduce_entry(Algorithm a, std::set<std::string> params) {
           [a](int n, const json& p) { return build(a, n, params_from_json(p)); }};
 }
 
+// "host_level": {"cross": "ring", "ranks_per_host": K} (consecutive ranks share a host; default 1)
+// or
+// {"hosts": [host index of every rank]}; "straggler": the late rank; "stragglers"/"slowdowns":
+// slow RANKS (OptCC across hosts runs for their hosts, at the largest factor of each host).
+Schedule host_level_from_json(int n, const json& p) {
+  std::vector<int> host_of;
+  if (p.contains("hosts")) {
+    if (p.contains("ranks_per_host"))
+      throw ScheduleError("host_level: give either hosts or ranks_per_host, not both");
+    host_of = p.at("hosts").get<std::vector<int>>();
+    if (static_cast<int>(host_of.size()) != n)
+      throw ScheduleError("host_level: hosts has " + std::to_string(host_of.size()) +
+                          " entries, expected n=" + std::to_string(n));
+  } else {
+    const int k = p.value("ranks_per_host", 1);
+    if (k < 1 || n % k != 0)
+      throw ScheduleError("host_level: ranks_per_host must divide n=" + std::to_string(n) +
+                          ", got " + std::to_string(k));
+    for (int r = 0; r < n; ++r) host_of.push_back(r / k);
+  }
+  HostLevelOptions o;
+  const std::string cross = p.value("cross", std::string("ring"));
+  const auto algo = algorithm_from_name(cross);
+  if (!algo || *algo == Algorithm::Auto)
+    throw ScheduleError("host_level: unknown cross-host algorithm '" + cross + "'");
+  o.cross = *algo;
+  json inner = p;
+  for (const char* k : {"cross", "hosts", "ranks_per_host", "straggler"}) inner.erase(k);
+  const BuildParams by_rank = params_from_json(inner);
+  o.cross_params = by_rank;
+  o.cross_params.stragglers.clear();
+  o.cross_params.slowdowns.clear();
+  std::map<int, double> slow_hosts;
+  for (size_t i = 0; i < by_rank.stragglers.size(); ++i) {
+    const int r = by_rank.stragglers[i];
+    if (r < 0 || r >= n) throw ScheduleError("host_level: slow rank out of range");
+    const double f = by_rank.slowdowns.empty()        ? 2.0
+                     : by_rank.slowdowns.size() == 1 ? by_rank.slowdowns[0]
+                                                      : by_rank.slowdowns.at(i);
+    double& slot = slow_hosts[host_of[r]];
+    slot = std::max(slot, f);
+  }
+  for (const auto& [h, f] : slow_hosts) {
+    o.cross_params.stragglers.push_back(h);
+    o.cross_params.slowdowns.push_back(f);
+  }
+  o.late_rank = straggler_param(p);
+  return host_level(host_of, o);
+}
+
 const std::map<std::string, Entry>& registry() {
   static const std::set<std::string> kStraggler = {"straggler"};
   static const std::map<std::string, Entry> r = {
@@ -85,6 +136,10 @@ const std::map<std::string, Entry>& registry() {
       {"optcc", all_reduce_entry(Algorithm::Optcc, {"straggler", "stragglers", "slowdown",
                                                     "slowdowns", "segments", "bubble_fill",
                                                     "order"})},
+      {"host_level",
+       {{"cross", "hosts", "ranks_per_host", "straggler", "stragglers", "slowdown", "slowdowns",
+         "segments", "bubble_fill", "order"},
+        host_level_from_json}},
       {"short_circuit",
        {{"nbytes", "alpha", "beta", "hop_delay", "reconfig_delay", "tau_rs", "tau_ag"},
         [](int n, const json& p) {

@@ -45,6 +45,17 @@ void check_options(const Schedule& s, const SimOptions& o) {
     if (!(f >= 1.0)) throw ScheduleError("simulate: slowdown factors must be >= 1");
   if (o.mode == SimMode::kDataflow && o.ring_topology)
     throw ScheduleError("simulate: the ring-topology model is lockstep only");
+  if (!o.host_of.empty()) {
+    if (static_cast<int>(o.host_of.size()) != s.n)
+      throw ScheduleError("simulate: host_of has " + std::to_string(o.host_of.size()) +
+                          " entries, expected n=" + std::to_string(s.n));
+    for (int h : o.host_of)
+      if (h < 0 || h >= s.n) throw ScheduleError("simulate: host index out of range");
+    if (o.mode == SimMode::kDataflow || o.ring_topology)
+      throw ScheduleError("simulate: the two-level (host_of) model is lockstep only");
+    if (!(o.local_alpha >= 0) || !(o.local_beta >= 0))
+      throw ScheduleError("simulate: local_alpha and local_beta must be >= 0");
+  }
 }
 
 // One simulation run: the inputs, the per-round scratch buffers and the result being built.
@@ -71,6 +82,10 @@ class Simulation {
     sent_total_.assign(n_, 0.0);
     send_load_.resize(n_);
     recv_load_.resize(n_);
+    if (!o.host_of.empty()) {
+      nic_send_.resize(n_);  // host indices are < n
+      nic_recv_.resize(n_);
+    }
   }
 
   // Runs the model chosen by the options and returns the result.
@@ -115,14 +130,30 @@ class Simulation {
   void clear_loads() {
     std::fill(send_load_.begin(), send_load_.end(), 0.0);
     std::fill(recv_load_.begin(), recv_load_.end(), 0.0);
+    std::fill(nic_send_.begin(), nic_send_.end(), 0.0);
+    std::fill(nic_recv_.begin(), nic_recv_.end(), 0.0);
+    crosses_network_ = false;
   }
 
-  // Adds a transfer to its endpoints' port loads and to the sender's byte total.
+  // Adds a transfer to its endpoints' port loads (their hosts' NICs between hosts, in the
+  // two-level model) and to the sender's byte total.
   void add_load(const Transfer& t) {
     const double b = bytes_of(t);
+    sent_total_[t.src] += b;
+    if (!o_.host_of.empty()) {
+      const int hs = o_.host_of[t.src], hd = o_.host_of[t.dst];
+      if (hs == hd) {
+        send_load_[t.src] += b;
+        recv_load_[t.dst] += b;
+      } else {
+        nic_send_[hs] += b * factor(t);
+        nic_recv_[hd] += b * factor(t);
+        crosses_network_ = true;
+      }
+      return;
+    }
     send_load_[t.src] += b * factor(t);
     recv_load_[t.dst] += b * factor(t);
-    sent_total_[t.src] += b;
   }
 
   // Lockstep: rounds one after another, each waiting for the previous one and its ranks' arrival.
@@ -153,6 +184,15 @@ class Simulation {
 
   // Duration of a lockstep round whose port loads are filled in.
   double lockstep_duration(const std::vector<Transfer>& rt, bool reconf) const {
+    if (!o_.host_of.empty()) {
+      double nic = 0.0, local = 0.0;
+      for (int r = 0; r < n_; ++r) {
+        nic = std::max({nic, nic_send_[r], nic_recv_[r]});
+        local = std::max({local, send_load_[r], recv_load_[r]});
+      }
+      const double alpha = crosses_network_ || rt.empty() ? o_.alpha : o_.local_alpha;
+      return alpha + std::max(nic * o_.beta, local * o_.local_beta);
+    }
     double duration = o_.alpha;
     if (o_.ring_topology && !reconf) {
       duration += static_ring_time(rt);
@@ -237,6 +277,8 @@ class Simulation {
   std::vector<Transfer> round_buf_, scratch_;
   SimResult res_;
   std::vector<double> sent_total_, send_load_, recv_load_;
+  std::vector<double> nic_send_, nic_recv_;  // two-level model: per host
+  bool crosses_network_ = false;             // the round has a transfer between hosts
   std::vector<double> free_at_, ready_, start_;  // dataflow state
 };
 

@@ -13,6 +13,9 @@
 //    free, it has arrived and the chunks it sends are final; a message ends when both endpoints
 //    are done. Gives a lower (more optimistic) time for schedules with uneven rounds.
 //
+// Optional two-level model (SimOptions::host_of): the ranks of a host share its NIC, host mates
+// talk over shared memory at their own alpha and beta.
+//
 // Optional ring-topology model (short-circuit-rings §2.3, lockstep only): rank i sits at position
 // i of a bidirectional ring; a message is routed on the shortest path (ties clockwise) and pays
 // hop_delay per hop; the transmission term of a round is beta times the bytes on its busiest
@@ -42,6 +45,15 @@ struct SimOptions {
   double hop_delay = 0.0;          // delta: propagation delay per hop
   double reconfig_delay = 0.0;     // circuit reconfiguration delay
   std::vector<bool> reconfigure;   // per round; empty = static ring throughout
+  // Two-level model (hosts with several ranks behind one NIC each; lockstep only): host_of[r] is
+  // rank r's host (empty: every rank is its own host, the flat model above). A transfer between
+  // hosts loads the sending host's NIC send side and the receiving host's NIC receive side
+  // (bytes * the slower endpoint's slowdown, at beta); one between host mates loads the two
+  // ranks' own ports at local_beta. A round pays alpha when it crosses the network, else
+  // local_alpha, plus its busiest port's time.
+  std::vector<int> host_of;
+  double local_alpha = 0.0;
+  double local_beta = 0.0;
 };
 
 struct SimResult {
