@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cuda_runtime_api.h>
+#include <gtest/gtest.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -14,6 +15,8 @@
 #include <exception>
 #include <fstream>
 #include <functional>
+#include <initializer_list>
+#include <map>
 #include <optional>
 #include <sstream>
 #include <string>
@@ -34,6 +37,37 @@
   } while (0)
 
 namespace stragg::gpu::testing {
+
+// Counters of the running test (elements compared, mismatches, ...), recorded as its properties
+// when the Tally goes out of scope, so that they appear in GoogleTest's JSON report
+// (tests/gpu/run_gpu_checks.sh sums them into summary.json). One Tally per test, in the test's
+// own process; add() without one counts nothing.
+class Tally {
+ public:
+  explicit Tally(std::initializer_list<const char*> keys) {
+    for (const char* key : keys) counts_[key] = 0;
+    current_ = this;
+  }
+  ~Tally() {
+    current_ = nullptr;
+    for (const auto& [key, value] : counts_) {
+      ::testing::Test::RecordProperty(key, std::to_string(value));
+    }
+  }
+  Tally(const Tally&) = delete;
+  Tally& operator=(const Tally&) = delete;
+  static void add(const std::string& key, size_t n) {
+    if (current_ != nullptr) current_->counts_[key] += n;
+  }
+  size_t get(const std::string& key) const {
+    const auto it = counts_.find(key);
+    return it == counts_.end() ? 0 : it->second;
+  }
+
+ private:
+  static inline Tally* current_ = nullptr;
+  std::map<std::string, size_t> counts_;
+};
 
 // Keys are files in a directory (written to a temporary name, then renamed: readers never see a
 // partial value). Works across fork()ed processes.

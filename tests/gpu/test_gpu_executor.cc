@@ -33,6 +33,7 @@ using testing::device_count_without_init;
 using testing::FileRendezvous;
 using testing::fork_ranks;
 using testing::make_temp_dir;
+using testing::Tally;
 using namespace std::chrono_literals;
 
 // Small integers: every summation order is exact, so every schedule must give the same bits.
@@ -122,8 +123,10 @@ void run_case(const std::string& kind, const std::string& algo, int n, bool one_
   const auto first = read_file(dir + "/result.0");
   ASSERT_EQ(first.size(), numel * sizeof(float));
   for (int r = 1; r < n; ++r) {
-    EXPECT_EQ(first, read_file(dir + "/result." + std::to_string(r)))
-        << kind << " " << algo << ": rank " << r << " differs from rank 0";
+    const bool same = first == read_file(dir + "/result." + std::to_string(r));
+    Tally::add("rank_results_compared", 1);
+    Tally::add("rank_results_differing", same ? 0 : 1);
+    EXPECT_TRUE(same) << kind << " " << algo << ": rank " << r << " differs from rank 0";
   }
 }
 
@@ -132,6 +135,7 @@ class CudaIpcAllreduce : public ::testing::TestWithParam<Case> {};
 
 TEST_P(CudaIpcAllreduce, ExactAndBitwiseIdenticalOnOneGpu) {
   STRAGG_SKIP_WITHOUT_GPU(device_count_without_init() > 0);
+  Tally tally({"rank_results_compared", "rank_results_differing"});
   const auto& [algo, n] = GetParam();
   run_case("ipc", algo, n, /*one_gpu=*/true, 100003);  // odd size: uneven chunks, scalar tails
 }
@@ -185,6 +189,7 @@ TEST(CudaIpcFaults, LateRankTimesOutAndAbortPropagates) {
 TEST(NcclAllreduce, RingAndStragglarAcrossGpus) {
   const int devices = device_count_without_init();
   if (devices < 2) GTEST_SKIP() << "needs at least 2 CUDA devices (found " << devices << ")";
+  Tally tally({"rank_results_compared", "rank_results_differing"});
   const int n = devices >= 4 ? 4 : 2;
   run_case("nccl", "ring", n, /*one_gpu=*/false, 100003);
   if (n >= 3) run_case("nccl", "stragglar", n, false, 100003);

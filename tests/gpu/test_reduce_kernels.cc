@@ -19,6 +19,7 @@ namespace stragg::gpu {
 namespace {
 
 using testing::device_count;
+using testing::Tally;
 
 #define SKIP_WITHOUT_GPU() STRAGG_SKIP_WITHOUT_GPU(device_count() > 0)
 
@@ -136,20 +137,24 @@ void d2h(void* h, const void* d, size_t n) {
 }
 
 // Bitwise, except that a NaN produced by arithmetic (SUM/PROD/scale/divide) only needs to be NaN.
+// Every mismatch is counted, the first 5 of a comparison are reported.
 void expect_same(DType t, const std::vector<uint8_t>& cpu, const std::vector<uint8_t>& gpu,
                  bool arithmetic, const std::string& what) {
   const size_t es = dtype_size(t);
   const size_t n = cpu.size() / es;
   size_t bad = 0;
-  for (size_t i = 0; i < n && bad < 5; ++i) {
+  for (size_t i = 0; i < n; ++i) {
     if (std::memcmp(&cpu[i * es], &gpu[i * es], es) == 0) continue;
     if (arithmetic && is_nan(t, cpu.data(), i) && is_nan(t, gpu.data(), i)) continue;
-    ++bad;
+    if (++bad > 5) continue;
     uint64_t c = 0, g = 0;
     std::memcpy(&c, &cpu[i * es], es);
     std::memcpy(&g, &gpu[i * es], es);
     ADD_FAILURE() << what << ": element " << i << " cpu 0x" << std::hex << c << " gpu 0x" << g;
   }
+  if (bad > 5) ADD_FAILURE() << what << ": " << bad << " of " << n << " elements differ";
+  Tally::add("elements_compared", n);
+  Tally::add("bitwise_mismatches", bad);
 }
 
 TEST(GpuReduce, ArgumentErrorsThrowWithoutTouchingTheDevice) {
@@ -170,6 +175,7 @@ TEST(GpuReduce, ArgumentErrorsThrowWithoutTouchingTheDevice) {
 
 TEST(GpuReduce, MatchesCpuForEveryDtypeAndOp) {
   SKIP_WITHOUT_GPU();
+  Tally tally({"elements_compared", "bitwise_mismatches"});
   std::mt19937_64 rng(1234);
   const size_t counts[] = {1, 7, 33, 1000, 4099, (size_t{1} << 18) + 5};
   for (DType t : kDTypes) {
@@ -180,7 +186,12 @@ TEST(GpuReduce, MatchesCpuForEveryDtypeAndOp) {
         continue;
       }
       const bool arith = op == ReduceOp::Sum || op == ReduceOp::Prod;
+      // A (dtype, op) that differs is reported at its first differing comparison; the others
+      // still run, so one run shows every (dtype, op) that differs.
+      const size_t mismatches_before = tally.get("bitwise_mismatches");
+      bool differs = false;
       for (size_t count : counts) {
+        if (differs) break;
         // (dst offset, src offset) in elements: co-aligned (vector body) and not (scalar only).
         for (auto [od, os] : {std::pair<size_t, size_t>{0, 0}, {1, 1}, {3, 3}, {0, 1}, {2, 5}}) {
           const std::string what = std::string(dtype_name(t)) + " " + reduce_op_name(op) +
@@ -210,7 +221,11 @@ TEST(GpuReduce, MatchesCpuForEveryDtypeAndOp) {
           std::vector<uint8_t> a_after(a.size());
           d2h(a_after.data(), da.at(od * es), a_after.size());
           ASSERT_EQ(0, std::memcmp(a.data(), a_after.data(), a.size())) << what << ": input changed";
-          if (::testing::Test::HasFailure()) return;
+          if (::testing::Test::HasFatalFailure()) return;  // a CUDA call failed: stop
+          if (tally.get("bitwise_mismatches") != mismatches_before) {
+            differs = true;
+            break;
+          }
         }
       }
     }
@@ -219,6 +234,7 @@ TEST(GpuReduce, MatchesCpuForEveryDtypeAndOp) {
 
 TEST(GpuReduce, ScaleAndDivideMatchCpu) {
   SKIP_WITHOUT_GPU();
+  Tally tally({"elements_compared", "bitwise_mismatches"});
   std::mt19937_64 rng(99);
   const size_t count = 100003;
   for (DType t : kDTypes) {
@@ -261,6 +277,7 @@ TEST(GpuReduce, ScaleAndDivideMatchCpu) {
 // zeros and a NaN against a number included.
 TEST(GpuReduce, MinMaxIndependentOfOperandOrder) {
   SKIP_WITHOUT_GPU();
+  Tally tally({"elements_compared", "bitwise_mismatches"});
   for (DType t : {DType::Float32, DType::Float64, DType::Float16, DType::BFloat16}) {
     const size_t es = dtype_size(t);
     // Pairs: (+0, -0), (-0, +0), (NaN, 1), (1, NaN), (-inf, +inf), (x, x).
