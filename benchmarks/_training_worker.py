@@ -125,7 +125,7 @@ def stragg_report(stragg: Any, calls_before: list[int], calls_end: int,
         if step is not None:
             per_step[step].append(plan)
         for kind in first:
-            if first[kind] is None and plan.startswith(kind):
+            if first[kind] is None and plan.removeprefix("host:").startswith(kind):
                 first[kind] = {"call": idx, "step": step, "plan": plan}
         records.append({
             "call": idx, "step": step, "plan": plan, "bytes": c.get("bytes"),

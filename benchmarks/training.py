@@ -29,9 +29,10 @@ defaults: no STRAGG_* setting; inherited STRAGG_* variables are dropped, --strag
 Per job: rank 0's wall time of every step; the summary is over the last --tail steps (median,
 IQR, min-max); with --reps N every (scenario, backend) job runs N times, interleaved (backend
 order rotated per repetition), and the table shows the median of the per-job medians (spread:
-pooled tail samples). D defaults to Ring's reduce-scatter time of the gradient on the healthy
-network, (n-1)/n * S * beta (n ranks, S gradient bytes, beta = 8 / (rate * 0.956): htb carries
-1448 payload bytes per 1514-byte frame, as benchmarks/degraded.py); --delay-ms overrides it.
+pooled tail samples). D defaults to the hosts' Ring reduce-scatter time of the gradient on the
+healthy network, (P-1)/P * S * beta (P hosts, S gradient bytes, beta = 8 / (rate * 0.956): htb
+carries 1448 payload bytes per 1514-byte frame, as benchmarks/degraded.py); --delay-ms
+overrides it.
 
 Cost model (printed beside the measurements): predicted step = compute + T, where T is the
 all_reduce simulated by stragg.sim.simulate (lockstep alpha-beta model, alpha = --alpha per
@@ -42,13 +43,15 @@ time) on rank 0 in the healthy Gloo job (all_reduce time: from the last gradient
 seen by a post-accumulate-grad hook, to the end of backward(), where DDP waits for its one
 bucket); without a healthy Gloo job, the median over all Gloo jobs of the cluster (minus D where
 rank 0 is late). Gloo and stragg-ring are modelled as Ring; stragg as the plan it ran in most
-tail steps ("ring", "rhd", "stragglar(7)", "optcc(5=2,k=64)", ...). The model's best candidate
-is the fastest of Ring, StragglAR and StragglAR-direct for the late rank and OptCC for the slow
-host's ranks (k from 1..128); ceiling = predicted Ring step / predicted best step. The model sees
-n ranks with one link each: with --nproc-per-node K > 1 every rank of the slow host gets the
-factor l and the host mates' shared-memory hops are not modelled. Ranks are taken from the jobs
-(torchrun's rendezvous numbers the hosts by address string, so host i holds rank i only up to 9
-hosts).
+tail steps ("ring", "rhd", "stragglar(7)", "optcc(5=2,k=64)", "host:stragglar_direct(6,k=8)",
+...), and "(model)" beside each measured ratio is the same ratio of the predicted steps. The
+model's best candidate is the fastest of Ring, StragglAR and StragglAR-direct for the late rank
+and OptCC for the slow host's ranks (k from 1..128), with --nproc-per-node K > 1 also their
+host-level plans and the host-level Ring; ceiling = predicted Ring step / predicted best step.
+With K > 1 the model is two-level: the ranks of a host share its NIC (every rank of the slow host
+gets the factor l), host mates talk over shared memory (alpha 10 us, 3 GB/s). Ranks are taken
+from the jobs (torchrun's rendezvous numbers the hosts by address string, so host i holds rank
+i only up to 9 hosts).
 
 Also reported: what stragg decided (plans of the tail steps, the call and step at which it first
 ran StragglAR and OptCC, the degraded ranks its link probes found, the profiler's straggler), the
@@ -87,6 +90,9 @@ GOODPUT = 0.956  # payload share of htb's shaped rate (1448 of 1514 bytes per fr
 SCENARIOS = ("healthy", "late", "nic", "both", "both-same")
 BACKENDS = ("gloo", "stragg-ring", "stragg")
 OPTCC_SEGMENTS = (1, 2, 4, 8, 16, 32, 64, 128)  # the planner's candidates
+# Host mates' shared memory in the two-level model (--nproc-per-node > 1): the planner's defaults.
+LOCAL_ALPHA = 10e-6
+LOCAL_BETA = 1 / 3e9
 COLORS = {"gloo": "tab:blue", "stragg-ring": "tab:green", "stragg": "tab:orange"}
 BASE_PORT = 29500
 
@@ -298,7 +304,7 @@ def collect(args: argparse.Namespace) -> dict[str, Any]:
         for hosts in args.host_list:
             world = hosts * args.nproc_per_node
             delay = (args.delay_ms / 1e3 if args.delay_ms is not None
-                     else (world - 1) / world * grad_bytes * beta)
+                     else (hosts - 1) / hosts * grad_bytes * beta)
             cluster: dict[str, Any] = {"hosts": hosts, "world": world, "delay_s": delay,
                                        "scenarios": []}
             doc["clusters"].append(cluster)
@@ -355,7 +361,11 @@ def parse_plan(plan: str) -> tuple[str, dict[str, Any]]:
     """"stragglar(7)" -> ("stragglar", {"straggler": 7}); "optcc(5=2,7=1.5,k=64)" ->
     ("optcc", {"stragglers": [5, 7], "slowdowns": [2.0, 1.5], "segments": 64});
     "stragglar_direct(7,k=32)" -> ("stragglar_direct", {"straggler": 7, "segments": 32});
-    "ring" -> ("ring", {})."""
+    "ring" -> ("ring", {}); "host:ring" -> ("host_level", {"cross": "ring"}) (the host-level
+    plan; its hosts are added by simulate_plan)."""
+    if plan.strip().startswith("host:"):
+        algo, kw = parse_plan(plan.strip()[len("host:"):])
+        return "host_level", {"cross": algo, **kw}
     m = re.fullmatch(r"\s*([A-Za-z_]+)\s*(?:\((.*)\))?\s*", plan)
     if not m:
         raise ValueError(f"unknown plan {plan!r}")
@@ -377,15 +387,28 @@ def parse_plan(plan: str) -> tuple[str, dict[str, Any]]:
     return algo, {}
 
 
+def two_level(host_of: list[int] | None) -> bool:
+    """Whether ranks share hosts among several (the two-level model applies)."""
+    return bool(host_of) and len(set(host_of)) > 1 and len(set(host_of)) < len(host_of)
+
+
 def simulate_plan(plan: str, n: int, nbytes: int, alpha: float, beta: float,
-                  arrival: list[float], slowdown: list[float]) -> float:
-    """The all_reduce time of `plan` on n ranks, from the on-time ranks' arrival."""
+                  arrival: list[float], slowdown: list[float],
+                  host_of: list[int] | None = None) -> float:
+    """The all_reduce time of `plan` on n ranks, from the on-time ranks' arrival; with ranks
+    sharing hosts, in the two-level model (a host's ranks share its NIC, host mates talk over
+    shared memory at LOCAL_ALPHA / LOCAL_BETA)."""
     from stragg import schedule, sim
 
     algo, kw = parse_plan(plan)
+    if algo == "host_level":
+        kw["hosts"] = list(host_of or range(n))
     s = schedule.build(algo, n, **kw)
+    levels: dict[str, Any] = {}
+    if two_level(host_of):
+        levels = {"host_of": host_of, "local_alpha": LOCAL_ALPHA, "local_beta": LOCAL_BETA}
     return sim.simulate(s, nbytes=nbytes, alpha=alpha, beta=beta, arrival=arrival,
-                        slowdown=slowdown).time
+                        slowdown=slowdown, **levels).time
 
 
 def network(n: int, late_rank: int | None, delay: float, slow_ranks: list[int],
@@ -400,17 +423,24 @@ def network(n: int, late_rank: int | None, delay: float, slow_ranks: list[int],
 
 
 def candidates(n: int, nbytes: int, alpha: float, beta: float, late_rank: int | None,
-               delay: float, slow_ranks: list[int], slowdown: float) -> dict[str, float]:
+               delay: float, slow_ranks: list[int], slowdown: float,
+               host_of: list[int] | None = None) -> dict[str, float]:
     """Predicted all_reduce time of Ring, StragglAR(late rank), StragglAR-direct(late rank;
-    fastest k), OptCC(slow ranks; fastest k)."""
+    fastest k), OptCC(slow ranks; fastest k), and with ranks sharing hosts the host-level Ring,
+    StragglAR-direct and OptCC."""
     arrival, slow = network(n, late_rank, delay, slow_ranks, slowdown)
-    out = {"ring": simulate_plan("ring", n, nbytes, alpha, beta, arrival, slow)}
+
+    def sim(plan: str) -> float:
+        return simulate_plan(plan, n, nbytes, alpha, beta, arrival, slow, host_of)
+
+    out = {"ring": sim("ring")}
+    prefixes = ["", "host:"] if two_level(host_of) else [""]
 
     def fastest(plans: list[str]) -> None:
         best: tuple[float, str] | None = None
         for plan in plans:
             try:
-                t = simulate_plan(plan, n, nbytes, alpha, beta, arrival, slow)
+                t = sim(plan)
             except Exception:  # noqa: BLE001 - a generator that cannot serve n is no candidate
                 continue
             if best is None or t < best[0]:
@@ -418,16 +448,19 @@ def candidates(n: int, nbytes: int, alpha: float, beta: float, late_rank: int | 
         if best is not None:
             out[best[1]] = best[0]
 
+    if two_level(host_of):
+        out["host:ring"] = sim("host:ring")
     if late_rank is not None:
         try:
-            out[f"stragglar({late_rank})"] = simulate_plan(
-                f"stragglar({late_rank})", n, nbytes, alpha, beta, arrival, slow)
+            out[f"stragglar({late_rank})"] = sim(f"stragglar({late_rank})")
         except Exception as e:  # noqa: BLE001 - a generator that cannot serve n is no candidate
             eprint(f"training: no StragglAR candidate for n={n}: {e}")
-        fastest([f"stragglar_direct({late_rank},k={k})" for k in OPTCC_SEGMENTS])
+        for pre in prefixes:
+            fastest([f"{pre}stragglar_direct({late_rank},k={k})" for k in OPTCC_SEGMENTS])
     if slow_ranks and slowdown > 1:
         spec = ",".join(f"{r}={slowdown:g}" for r in slow_ranks)
-        fastest([f"optcc({spec},k={k})" for k in OPTCC_SEGMENTS])
+        for pre in prefixes:
+            fastest([f"{pre}optcc({spec},k={k})" for k in OPTCC_SEGMENTS])
     return out
 
 
@@ -516,6 +549,7 @@ def analyse_scenario(cl: dict[str, Any], sc: dict[str, Any], tail: int, nbytes: 
     delay = first["delay_s"]
     compute = cl["compute_s"]
     arrival, slow = network(n, late_rank, delay, slow_ranks, sc["slowdown"])
+    host_of = first.get("host_of_rank")
     gloo_by_rep = {j["rep"]: j for j in jobs if j["backend"] == "gloo"}
     backends: dict[str, Any] = {}
     for b in dict.fromkeys(j["backend"] for j in jobs):
@@ -537,7 +571,7 @@ def analyse_scenario(cl: dict[str, Any], sc: dict[str, Any], tail: int, nbytes: 
         if plan:
             try:
                 entry["model_allreduce_s"] = simulate_plan(plan, n, nbytes, alpha, beta,
-                                                           arrival, slow)
+                                                           arrival, slow, host_of)
                 entry["model_step_s"] = compute + entry["model_allreduce_s"]
             except Exception as e:  # noqa: BLE001 - an unknown plan is reported, not fatal
                 entry["model_error"] = f"{type(e).__name__}: {e}"
@@ -546,7 +580,8 @@ def analyse_scenario(cl: dict[str, Any], sc: dict[str, Any], tail: int, nbytes: 
                 "tail_plans", "plan", "first_stragglar", "first_optcc", "degraded_ranks",
                 "profile_straggler", "decisions", "planner_predicted_s")} for j in mine]
         backends[b] = entry
-    cands = candidates(n, nbytes, alpha, beta, late_rank, delay, slow_ranks, sc["slowdown"])
+    cands = candidates(n, nbytes, alpha, beta, late_rank, delay, slow_ranks, sc["slowdown"],
+                       host_of)
     best = min(cands, key=lambda k: cands[k])
     sc["late_rank"], sc["slow_ranks"], sc["delay_s"] = late_rank, slow_ranks, delay
     sc["model"] = {
@@ -561,6 +596,10 @@ def analyse_scenario(cl: dict[str, Any], sc: dict[str, Any], tail: int, nbytes: 
         for b in ("gloo", "stragg-ring"):
             if b in backends:
                 ratios[f"{b}/stragg"] = backends[b]["median_s"] / backends["stragg"]["median_s"]
+                mine, theirs = (backends["stragg"].get("model_step_s"),
+                                backends[b].get("model_step_s"))
+                if mine and theirs:
+                    ratios[f"{b}/stragg model"] = theirs / mine
     sc["ratios"] = ratios
 
 
@@ -602,15 +641,17 @@ def print_tables(doc: dict[str, Any], out: Any = None) -> None:
         say(f"step time (s, rank 0): median of the last {tail} steps [IQR; min-max]")
         head = f"{'scenario':<10} {'late':>4} {'slow':>4} "
         head += "".join(f" {b:<28}" for b in backends)
-        head += f" {'gloo/stragg':>11} {'ring/stragg':>11} {'max/med':>7}  loss diff vs gloo"
+        head += (f" {'gloo/stragg':>11} {'(model)':>7} {'ring/stragg':>11} {'(model)':>7}"
+                 f" {'max/med':>7}  loss diff vs gloo")
         say(head)
         for sc in cl["scenarios"]:
             bs = sc["backends"]
             line = (f"{sc['name']:<10} {_opt(sc['late_rank']):>4} "
                     f"{','.join(map(str, sc['slow_ranks'])) or '-':>4} ")
             line += "".join(f" {_fmt_spread(bs[b]):<28}" for b in backends)
-            line += f" {_opt(sc['ratios'].get('gloo/stragg'), '.3f'):>11}"
-            line += f" {_opt(sc['ratios'].get('stragg-ring/stragg'), '.3f'):>11}"
+            for b in ("gloo", "stragg-ring"):
+                line += f" {_opt(sc['ratios'].get(f'{b}/stragg'), '.3f'):>11}"
+                line += f" {_opt(sc['ratios'].get(f'{b}/stragg model'), '.3f'):>7}"
             line += f" {_opt(bs.get('stragg', {}).get('longest_over_median'), '.2f'):>7}  "
             line += ", ".join(f"{b} {bs[b]['loss_rel_diff']:.1e}" for b in backends
                               if b != "gloo" and bs[b].get("loss_rel_diff") is not None) or "-"

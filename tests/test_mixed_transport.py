@@ -2,8 +2,9 @@
 
 Ranks 0, 1 run on host 0 and ranks 2, 3 on host 1 (tests/scripts/mixed_rank.py, one job):
 - auto picks "mixed" on every rank: shared memory to the host mate, TCP to the other host;
-- every algorithm (ring, rhd, direct, stragglar, optcc) gives the exact result on integer data
-  and results close to the float64 reference on random data, bitwise identical on every rank;
+- every algorithm (ring, rhd, direct, stragglar, optcc), flat and as a host-level plan
+  (host_level=on), gives the exact result on integer data and results close to the float64
+  reference on random data, bitwise identical on every rank;
 - the dynamic straggler (agreed on the store board) is exact;
 - a numel mismatch raises on every rank, naming it;
 - rank 3 killed on host 1 is detected by every survivor, on either host, long before the
@@ -23,6 +24,7 @@ import pytest
 HERE = os.path.dirname(os.path.abspath(__file__))
 SCRIPT = os.path.join(HERE, "scripts", "mixed_rank.py")
 ALGOS = ("ring", "rhd", "direct", "stragglar", "optcc", "stragglar_direct")
+HOST_LEVEL_ALGOS = ("ring", "rhd", "direct", "optcc", "stragglar_direct", "stragglar")
 WORLD = 4
 
 pytestmark = [pytest.mark.needs_backend, pytest.mark.stragg_only]
@@ -65,6 +67,14 @@ def test_two_hosts_of_two_ranks(tmp_path) -> None:
             assert run["exact"], (algo, run)
             assert run["max_rel_err"] < 1e-5, (algo, run)
             assert run["digests"] == runs[0]["digests"], f"{algo}: ranks differ bitwise"
+
+    for algo, runs in ((a, [r["host_level"][a] for r in results]) for a in HOST_LEVEL_ALGOS):
+        for run in runs:
+            assert run["ran"] == [algo], (algo, run)
+            assert all(p.startswith(f"host:{algo}") for p in run["plans"]), (algo, run)
+            assert run["exact"], (algo, run)
+            assert run["max_rel_err"] < 1e-5, (algo, run)
+            assert run["digests"] == runs[0]["digests"], f"host-level {algo}: ranks differ"
 
     dyn = [r["dynamic"] for r in results]
     assert all(d["exact"] and d["dynamic_calls"] == 1 for d in dyn), dyn

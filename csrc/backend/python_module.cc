@@ -107,15 +107,29 @@ py::dict profiler_summary_dict(const stragg::Session& session) {
   py::dict degraded;
   for (const auto& sd : s.applied_degraded) degraded[py::int_(sd.rank)] = sd.factor;
   applied["degraded"] = degraded;
+  applied["mode"] = s.applied_mode;
   d["applied"] = applied;
+  py::dict corrections;
+  for (const auto& [family, ratio] : s.corrections) corrections[py::str(family)] = ratio;
+  d["model_corrections"] = corrections;
   py::list checks;
   for (const auto& c : s.plan_checks) {
     py::dict e;
     e["call"] = c.call;
     e["change"] = c.change;
     e["kept"] = c.kept;
+    e["chosen"] = c.chosen;
     e["period_s"] = c.period_s;
     e["baseline_s"] = c.baseline_s;
+    py::list arms;
+    for (const auto& a : c.arms) {
+      py::dict arm;
+      arm["mode"] = a.mode;
+      arm["s"] = a.score_s;
+      arm["calls"] = a.calls;
+      arms.append(arm);
+    }
+    e["arms"] = arms;
     checks.append(e);
   }
   d["plan_checks"] = checks;

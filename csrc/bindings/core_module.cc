@@ -121,7 +121,8 @@ PYBIND11_MODULE(_core, m) {
       "simulate",
       [](const Schedule& s, double nbytes, double alpha, double beta, std::vector<double> arrival,
          std::vector<double> slowdown, const std::string& mode, bool ring_topology,
-         double hop_delay, double reconfig_delay, std::vector<bool> reconfigure) {
+         double hop_delay, double reconfig_delay, std::vector<bool> reconfigure,
+         std::vector<int> host_of, double local_alpha, double local_beta) {
         SimOptions o;
         o.nbytes = nbytes;
         o.alpha = alpha;
@@ -133,6 +134,9 @@ PYBIND11_MODULE(_core, m) {
         o.hop_delay = hop_delay;
         o.reconfig_delay = reconfig_delay;
         o.reconfigure = std::move(reconfigure);
+        o.host_of = std::move(host_of);
+        o.local_alpha = local_alpha;
+        o.local_beta = local_beta;
         SimResult r = simulate(s, o);
         py::dict d;
         d["time"] = r.time;
@@ -146,7 +150,9 @@ PYBIND11_MODULE(_core, m) {
       py::arg("schedule"), py::arg("nbytes"), py::arg("alpha"), py::arg("beta"),
       py::arg("arrival") = std::vector<double>{}, py::arg("slowdown") = std::vector<double>{},
       py::arg("mode") = "lockstep", py::arg("ring_topology") = false, py::arg("hop_delay") = 0.0,
-      py::arg("reconfig_delay") = 0.0, py::arg("reconfigure") = std::vector<bool>{});
+      py::arg("reconfig_delay") = 0.0, py::arg("reconfigure") = std::vector<bool>{},
+      py::arg("host_of") = std::vector<int>{}, py::arg("local_alpha") = 0.0,
+      py::arg("local_beta") = 0.0);
 
   bind_settings(m);
 

@@ -11,6 +11,8 @@ inline constexpr double kDefaultBandwidthBytesPerS = 3e9;
 // 3 GB/s is one host's memory, and under it RHD's fewer latencies win large calls that Ring runs
 // faster on a network (the first calls of a job, until the calls' rate or a probe corrects it).
 inline constexpr double kNetworkBandwidthBytesPerS = 1.25e9;
+// Host mates' latency over shared memory (a futex wake-up) until the link probes measure it.
+inline constexpr double kDefaultLocalAlphaS = 10e-6;
 
 // A rank whose link is slower by `factor` (measured, or STRAGG_SLOWDOWN=RANK=L,...): OptCC's l.
 struct Slowdown {

@@ -65,14 +65,18 @@ bool probe_sends(int n, int round, int direction, int rank) {
 LoweredSchedule link_probe_schedule(int n, int rank, int round, int direction, int messages,
                                     size_t elems, ProbeShape shape) {
   check_round_rank(n, round, rank, "link_probe_schedule");
+  return link_probe_pair_schedule(probe_partner(n, round, rank),
+                                  probe_sends(n, round, direction, rank), messages, elems, shape);
+}
+
+LoweredSchedule link_probe_pair_schedule(int peer, bool sender, int messages, size_t elems,
+                                         ProbeShape shape) {
   if (messages < 1)
     throw Error("stragg: link_probe_schedule: messages must be >= 1, got " +
                 std::to_string(messages));
   if (elems < 1) throw Error("stragg: link_probe_schedule: elems must be >= 1, got 0");
-  const bool sender = probe_sends(n, round, direction, rank);
   LoweredSchedule plan;
   plan.tag = kLinkProbeTag;
-  const int peer = probe_partner(n, round, rank);
   if (peer < 0) return plan;
   const size_t m = static_cast<size_t>(messages);
   const size_t total = m * elems;
@@ -268,6 +272,92 @@ std::vector<LinkModel> average_links(const std::vector<LinkModel>& a,
     }
     out[i].alpha_s = 0.5 * (a[i].alpha_s + b[i].alpha_s);
     out[i].beta_s_per_byte = 0.5 * (a[i].beta_s_per_byte + b[i].beta_s_per_byte);
+  }
+  return out;
+}
+
+}  // namespace stragg
+
+namespace stragg {
+
+ProbePairing::ProbePairing(int n, const std::vector<int>& host_of) : n_(n) {
+  if (n < 1) throw Error("stragg: link probe pairing: needs n >= 1, got " + std::to_string(n));
+  if (!host_of.empty() && static_cast<int>(host_of.size()) != n) {
+    throw Error("stragg: link probe pairing: host_of names " + std::to_string(host_of.size()) +
+                " ranks, the group has " + std::to_string(n));
+  }
+  int hosts = 0;
+  for (int h : host_of) hosts = std::max(hosts, h + 1);
+  std::vector<std::vector<int>> ranks(static_cast<size_t>(hosts));
+  for (int r = 0; r < static_cast<int>(host_of.size()); ++r) {
+    if (host_of[r] < 0) throw Error("stragg: link probe pairing: negative host index");
+    ranks[static_cast<size_t>(host_of[r])].push_back(r);
+  }
+  bool mates = false;
+  for (const auto& h : ranks) {
+    if (h.empty()) throw Error("stragg: link probe pairing: host indices must be 0..P-1");
+    mates = mates || h.size() > 1;
+  }
+  if (hosts < 2 || !mates) return;  // every rank pair
+  host_of_ = host_of;
+  hosts_ = std::move(ranks);
+}
+
+int ProbePairing::rounds() const {
+  if (!by_host()) return probe_rounds(n_);
+  return probe_rounds(static_cast<int>(hosts_.size())) + 1;
+}
+
+int ProbePairing::partner(int round, int rank) const {
+  if (!by_host()) return probe_partner(n_, round, rank);
+  if (round < 0 || round >= rounds() || rank < 0 || rank >= n_) {
+    throw Error("stragg: link probe pairing: round " + std::to_string(round) + " or rank " +
+                std::to_string(rank) + " out of range");
+  }
+  const std::vector<int>& mine = hosts_[static_cast<size_t>(host_of_[rank])];
+  if (round == rounds() - 1) {  // the shared-memory link: each host's first two ranks
+    if (mine.size() < 2) return -1;
+    if (rank == mine[0]) return mine[1];
+    if (rank == mine[1]) return mine[0];
+    return -1;
+  }
+  if (rank != mine[0]) return -1;
+  const int other = probe_partner(static_cast<int>(hosts_.size()), round, host_of_[rank]);
+  return other < 0 ? -1 : hosts_[static_cast<size_t>(other)][0];
+}
+
+bool ProbePairing::sends(int round, int direction, int rank) const {
+  if (direction != 0 && direction != 1) {
+    throw Error("stragg: link probe: direction must be 0 or 1, got " + std::to_string(direction));
+  }
+  const int peer = partner(round, rank);
+  if (peer < 0) return false;
+  return direction == 0 ? rank < peer : rank > peer;
+}
+
+std::vector<LinkModel> ProbePairing::expand(const std::vector<LinkModel>& measured) const {
+  if (!by_host()) return measured;
+  const size_t n = static_cast<size_t>(n_);
+  if (measured.size() != n * n) {
+    throw Error("stragg: link probe pairing: expected an " + std::to_string(n) + " x " +
+                std::to_string(n) + " matrix");
+  }
+  std::vector<LinkModel> out(n * n);
+  for (auto& l : out) l.alpha_s = l.beta_s_per_byte = -1;
+  for (size_t i = 0; i < n; ++i) {
+    for (size_t j = 0; j < n; ++j) {
+      if (i == j) continue;
+      const auto& hi = hosts_[static_cast<size_t>(host_of_[i])];
+      const auto& hj = hosts_[static_cast<size_t>(host_of_[j])];
+      size_t a = static_cast<size_t>(hi[0]), b = static_cast<size_t>(hj[0]);
+      if (&hi == &hj) {  // host mates: the host's measured shared-memory link, either direction
+        if (hi.size() < 2) continue;
+        a = static_cast<size_t>(hi[0]);
+        b = static_cast<size_t>(hi[1]);
+        if (i == b) std::swap(a, b);
+      }
+      out[i * n + j] = measured[a * n + b];
+    }
   }
   return out;
 }

@@ -58,6 +58,31 @@ enum class ProbeShape { kMany, kOne, kTiny };
 LoweredSchedule link_probe_schedule(int n, int rank, int round, int direction, int messages,
                                     size_t elems, ProbeShape shape);
 
+// The same for a given pair: `peer` (-1: an idle rank, no steps) and whether this rank sends.
+LoweredSchedule link_probe_pair_schedule(int peer, bool sender, int messages, size_t elems,
+                                         ProbeShape shape);
+
+// Who probes whom. Every rank pair (probe_partner), unless the group spans several hosts and
+// some hold several ranks: then the hosts' first ranks probe each other (a round-robin of the P
+// hosts: one flow per NIC, the NIC's own rate, where K mates probing at once would each read a
+// share of it), and a last round probes each host's first two ranks (its shared memory); the
+// others idle. expand() turns what was measured into the n x n matrix: a link between hosts is
+// their first ranks' link, a link between host mates their host's measured one.
+class ProbePairing {
+ public:
+  ProbePairing(int n, const std::vector<int>& host_of);
+  bool by_host() const { return !hosts_.empty(); }
+  int rounds() const;
+  int partner(int round, int rank) const;  // -1: idle in that round
+  bool sends(int round, int direction, int rank) const;
+  std::vector<LinkModel> expand(const std::vector<LinkModel>& measured) const;
+
+ private:
+  int n_;
+  std::vector<int> host_of_;
+  std::vector<std::vector<int>> hosts_;  // empty: every rank pair
+};
+
 // Smallest values estimate_link returns (the link's latency / time per byte are never zero).
 constexpr double kMinProbeAlpha = 1e-9;  // s
 constexpr double kMinProbeBeta = 1e-15;  // s per byte (1 PB/s)

@@ -1,43 +1,86 @@
-// The planner's choice checked against measured times (no torch here).
+// The planner's moves checked against measured calls (no torch here).
 //
-// The profiler (a persistent straggler) and the link probes (degraded links) move a group away
-// from the plan it ran, on the strength of a cost model. The model can be wrong for a network
-// (it describes lock-step rounds; a pipelined TCP Ring beats that, StragglAR over TCP may not).
-// So every such move is a trial: the batch of calls after it is timed (wall time per call on the
-// ranks, the job's own compute included, probes and exchanges left out) against the batch
-// before it. If the new plan made the job slower (by more than kTolerance), the move is undone
-// and that straggler / that set of degraded ranks is not tried again for a while (4 exchanges,
-// doubling with every failed trial of the same change, at most 64); while a set of degraded
-// ranks is vetoed, those of its ranks that ran before it keep running (a failed {5, 6, 12} goes
-// back to {5}, not to Ring). Moves back to the plain plan (no straggler, no degraded link) need
-// no trial. Every input is exchanged, so every rank takes the same decisions.
+// The profiler (a persistent straggler), the link probes (degraded ranks) and the host layout
+// (host-level plans) move a group away from the plan it ran, on the strength of a cost model.
+// The model can be wrong for a network (it describes lock-step rounds; a pipelined TCP Ring
+// beats that, a flat StragglAR-direct over hosts with several ranks pays for every host mate on
+// the NIC). So every move is a trial run on the same calls as what it would replace: the calls
+// of the trial batch are dealt out among its arms (the proposed mode, the mode running now, the
+// baseline, and, when a straggler and degraded ranks arrive together, each of them alone) in a
+// generalised Thue-Morse order (no period, so a job's repeating pattern of bucket sizes meets
+// every arm in every position), kCallsPerArm calls each. A call costs the job the time from the
+// last rank's arrival to its end: the shortest duration of any rank (the last arrival waited for
+// nobody). Per arm, the median of that per call size, weighted by how often the size occurs, is
+// its score; the fastest arm runs from then on (the proposed one when it is within kTolerance of
+// the fastest). What the proposal added and the winner lacks is not proposed again for a while
+// (4 exchanges, doubling with every failed trial of the same change, at most 64); while a set of
+// degraded ranks is vetoed, those of its ranks that ran before it keep running (a failed
+// {5, 6, 12} goes back to {5}, not to Ring). A move to the baseline needs no trial.
+//
+// The baseline is the flat plan without straggler or degraded rank (what STRAGG_HOST_LEVEL=off,
+// STRAGG_STRAGGLER=none would run): every other mode is measured against it once.
+//
+// Each trial also measures the cost model: per plan family, the median of measured / predicted
+// time after the last arrival becomes that family's correction (Planner::set_corrections) for
+// the modes other than the baseline. Every input is exchanged, so every rank takes the same
+// decisions.
 #pragma once
 
 #include <cstdint>
 #include <deque>
+#include <map>
 #include <string>
 #include <vector>
 
 #include "plan/link_model.h"
+#include "plan/plan_family.h"
 
 namespace stragg {
 
-// What the session applies: the straggler StragglAR runs for (-1: none) and the degraded ranks
-// the planner knows of (empty: none).
+// What the session applies: the straggler StragglAR runs for (-1: none), the degraded ranks
+// OptCC may run for, and whether host-level plans are off.
 struct PlanMode {
   int straggler = -1;
   std::vector<Slowdown> degraded;
+  bool flat = false;
   bool plain() const { return straggler < 0 && degraded.empty(); }
-  // "straggler 7", "degraded 5 (l = 2)", "straggler 7, degraded 5 (l = 2)" or "plain".
+  // Same straggler, same degraded ranks (factors aside), same flat flag.
+  bool same_as(const PlanMode& o) const;
+  // "straggler 7", "degraded 5 (l = 2)", "straggler 7, degraded 5 (l = 2)", "plain", with
+  // ", flat" (or "flat") when host-level plans are off.
   std::string describe() const;
 };
 
+// One call of a batch, from exchanged numbers (the same on every rank).
+struct CheckedCall {
+  int arm = -1;             // the trial arm it ran (-1: not in a trial)
+  int64_t bytes = 0;
+  double critical_s = -1;   // the last arrival's duration: the shortest of all ranks (<= 0: unknown)
+  double predicted_s = 0;   // the cost model's time after the last arrival (0: not predicted)
+  PlanFamily family;        // what ran
+};
+
+struct TrialArm {
+  std::string mode;    // PlanMode::describe()
+  double score_s = 0;  // time per call after the last arrival (-1: not measured)
+  size_t calls = 0;
+};
+
 struct PlanCheckRecord {
-  uint64_t call = 0;        // first call of the batch that decided
-  std::string change;       // what was tried, e.g. "straggler 7"
-  bool kept = false;        // false: undone
-  double period_s = 0;      // time per call with it
-  double baseline_s = 0;    // ... and before it
+  uint64_t call = 0;      // first call after the trial
+  std::string change;     // what was tried, e.g. "straggler 7"
+  bool kept = false;      // the proposed mode won
+  std::string chosen;     // the mode that runs from `call` on
+  std::vector<TrialArm> arms;  // arm 0 is the proposed mode, arm 1 the one it would replace
+  double period_s = 0;    // the proposed arm's score
+  double baseline_s = 0;  // the replaced mode's score
+};
+
+// A family whose correction moved past kReportedError (logged once per family).
+struct ModelError {
+  PlanFamily family;
+  double ratio = 1;  // measured / predicted
+  size_t calls = 0;
 };
 
 class PlanCheck {
@@ -45,25 +88,54 @@ class PlanCheck {
   static constexpr uint64_t kFirstBackoff = 4;   // exchanges a failed change is not tried again
   static constexpr uint64_t kMaxBackoff = 64;
   static constexpr size_t kMaxRecords = 256;
-  // A trial fails when the calls took more than this much longer with the move than before it
-  // (time per call differs by about this much between batches of a steady job).
-  static constexpr double kTolerance = 0.01;
+  static constexpr size_t kCallsPerArm = 4;
+  static constexpr size_t kMaxArms = 4;
+  // A proposal within this share of the fastest arm wins (per-call noise of a steady job).
+  static constexpr double kTolerance = 0.02;
+  // A family's correction is reported (once) when its measured/predicted ratio is off by more.
+  static constexpr double kReportedError = 0.15;
 
-  // At every exchange, in the same order on every rank: `proposed` is what the profiler and the
-  // link probes want now, `period_s` the batch's time per call that just ended (<= 0: unknown),
-  // `exchange` the exchange's number, `first_call` the first call of the next batch. Returns the
-  // mode the next batch runs.
-  const PlanMode& update(const PlanMode& proposed, double period_s, uint64_t exchange,
-                         uint64_t first_call);
+  // `flat_baseline`: host-level plans are possible and chosen by the model, so the baseline is
+  // the flat plan (else the plain one).
+  explicit PlanCheck(bool flat_baseline = false);
+
+  const PlanMode& baseline() const { return baseline_; }
+  // At every exchange, in the same order on every rank: `proposed` is what the profiler, the
+  // link probes and the host layout want now, `calls` the batch that just ended (a trial's calls
+  // carry their arm), `exchange` the exchange's number, `first_call` the first call of the next
+  // batch. Returns the mode the next batch runs outside a trial's arms.
+  const PlanMode& update(const PlanMode& proposed, const std::vector<CheckedCall>& calls,
+                         uint64_t exchange, uint64_t first_call);
+  // `proposed` applies at once, without a trial (an explicit link probe the user waits for);
+  // vetoes still hold.
+  const PlanMode& apply_now(const PlanMode& proposed, uint64_t exchange);
+  // A trial of the mode running now against the baseline at the next update (its plan changed
+  // under new corrections without being measured).
+  void recheck() { recheck_ = true; }
   const PlanMode& current() const { return current_; }
-  bool in_trial() const { return trial_; }
+
+  // The trial the next batch runs, if any: how many calls it takes (the batch ends there), the
+  // arm of its i-th call and each arm's mode.
+  bool in_trial() const { return !arms_.empty(); }
+  size_t trial_calls() const { return arms_.size() * kCallsPerArm; }
+  int arm_of(size_t i) const;
+  const PlanMode& arm_mode(int arm) const { return arms_.at(static_cast<size_t>(arm)); }
+  const std::vector<PlanMode>& arms() const { return arms_; }
+
+  // Measured/predicted ratios per family (from trials; cleared by reset_corrections when the
+  // link model changes), and the families whose error newly passed kReportedError at the last
+  // update.
+  const std::map<PlanFamily, double>& corrections() const { return corrections_; }
+  void reset_corrections() { corrections_.clear(); }
+  const std::vector<ModelError>& new_model_errors() const { return new_errors_; }
+
   // Recent checks, oldest first, and how many there were in all.
   std::vector<PlanCheckRecord> records() const { return {records_.begin(), records_.end()}; }
   uint64_t total() const { return total_; }
 
  private:
   struct Veto {
-    std::vector<int> ranks;  // the straggler, or the degraded ranks
+    std::vector<int> ranks;  // the straggler, the degraded ranks, or {1} for host-level plans
     uint64_t until = 0;      // exchange from which it may be tried again
     int failures = 0;        // consecutive failed trials of these ranks
     bool holds(const std::vector<int>& r, uint64_t exchange) const {
@@ -71,15 +143,20 @@ class PlanCheck {
     }
   };
 
-  void end_trial(double period_s, uint64_t exchange, uint64_t first_call);
+  PlanMode filtered(const PlanMode& proposed, uint64_t exchange) const;
+  void start_trial(const PlanMode& proposed);
+  void end_trial(const std::vector<CheckedCall>& calls, uint64_t exchange, uint64_t first_call);
+  void learn_corrections(const std::vector<CheckedCall>& calls);
   static void fail(Veto& v, std::vector<int> ranks, uint64_t exchange);
 
+  PlanMode baseline_;
   PlanMode current_;
-  bool trial_ = false;
-  PlanMode before_;       // the mode the trial started from
-  double baseline_s_ = 0;
-  bool trial_straggler_ = false, trial_degraded_ = false;  // what the trial changed
-  Veto straggler_veto_, degraded_veto_;
+  bool recheck_ = false;
+  std::vector<PlanMode> arms_;  // the trial of the next batch (arm 0: proposed, 1: current)
+  Veto straggler_veto_, degraded_veto_, host_veto_;
+  std::map<PlanFamily, double> corrections_;
+  std::map<PlanFamily, bool> reported_;
+  std::vector<ModelError> new_errors_;
   std::deque<PlanCheckRecord> records_;
   uint64_t total_ = 0;
 };

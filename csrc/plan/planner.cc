@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
 #include <sstream>
 
 #include "common/error.h"
@@ -12,14 +13,6 @@
 
 namespace stragg {
 namespace {
-
-// Candidates of Auto without a straggler. Direct is not one: the flat alpha-beta model charges
-// its n-1 concurrent messages a single alpha, which overstates it wherever the messages of one
-// round are serialised (shared memory on a few cores).
-constexpr Algorithm kAutoCandidates[] = {Algorithm::Ring, Algorithm::Rhd};
-// Recursive doubling is a candidate of Auto without a straggler up to this size (host calls
-// only: PlannerConfig::rd_max_bytes). It sends the whole buffer every round, and its swapped
-// reduces go through a bounce buffer, so beyond small sizes RHD/Ring move less memory.
 
 constexpr size_t kAutoChoiceCacheLimit = 4096;
 constexpr size_t kLoweredCacheLimit = 64;
@@ -52,6 +45,7 @@ std::vector<std::pair<int, double>> slow_key(const std::vector<Slowdown>& slow) 
 
 std::string PlanChoice::describe() const {
   std::ostringstream out;
+  if (by_host) out << "host:";
   out << algorithm_name(algorithm);
   if (algorithm == Algorithm::StragglarDirect) {
     out << "(" << straggler;
@@ -77,6 +71,7 @@ PlannerConfig PlannerConfig::from(const Settings& s) {
   c.slowdowns = s.slowdowns;
   c.optcc_segments = s.optcc_segments;
   c.link = s.link_model();
+  c.host_level = s.host_level;
   return c;
 }
 
@@ -98,7 +93,10 @@ Planner::Planner(int n, PlannerConfig config) : n_(n), config_(std::move(config)
     }
   }
   check_link(config_.link);
+  check_link(config_.local_link);
   measured_.link = config_.link;
+  local_link_ = config_.local_link;
+  set_up_hosts();
   if (dynamic() && config_.algo != Algorithm::Auto && config_.algo != Algorithm::Stragglar) {
     throw Error(std::string("stragg: STRAGG_STRAGGLER=dynamic works with STRAGG_ALGO=auto or "
                             "stragglar, not '") +
@@ -138,15 +136,58 @@ Planner::Planner(int n, PlannerConfig config) : n_(n), config_(std::move(config)
                                 : n_ - 1);
   }
   // Build (and verify) the fixed schedule now so a bad configuration fails at setup.
+  if (host_level_only_) {
+    try {
+      schedule_for(fixed_choice(dynamic() ? n_ - 1 : st.rank, network()));
+    } catch (const Error& e) {
+      notes_.push_back(std::string("no host-level plan of ") + algorithm_name(algorithm_) +
+                       " for these hosts (" + e.what() + "): flat plans run");
+      host_level_only_ = false;
+    }
+  }
   schedule_for(fixed_choice(dynamic() ? n_ - 1 : st.rank, network()));
 }
 
 Planner::ScheduleKey Planner::schedule_key(const PlanChoice& choice) {
   const Algorithm algo = choice.algorithm;
   const bool segmented = algo == Algorithm::Optcc || algo == Algorithm::StragglarDirect;
-  return {algo, algorithm_has_one_straggler(algo) ? choice.straggler : -1,
+  // A host-level plan with a late rank is built around it whatever its cross-host algorithm.
+  const bool keyed = algorithm_has_one_straggler(algo) || choice.by_host;
+  return {algo, keyed ? choice.straggler : -1,
           slow_key(algo == Algorithm::Optcc ? choice.slow : std::vector<Slowdown>{}),
-          segmented ? choice.segments : 0};
+          segmented ? choice.segments : 0, choice.by_host};
+}
+
+void Planner::set_up_hosts() {
+  const std::vector<int>& h = config_.host_of;
+  if (h.empty()) return;
+  if (static_cast<int>(h.size()) != n_) {
+    throw Error("stragg: planner: host_of names " + std::to_string(h.size()) + " ranks, the group has " +
+                std::to_string(n_));
+  }
+  std::vector<std::vector<int>> hosts;
+  try {
+    hosts = core::host_ranks(h);
+  } catch (const core::ScheduleError& e) {
+    throw Error(std::string("stragg: planner: ") + e.what());
+  }
+  bool mates = false, uniform = true;
+  for (const auto& ranks : hosts) {
+    mates = mates || ranks.size() > 1;
+    uniform = uniform && ranks.size() == hosts[0].size();
+  }
+  two_level_ = hosts.size() > 1 && mates;
+  if (!two_level_) return;
+  if (!uniform) {
+    std::ostringstream m;
+    m << "hosts hold different numbers of ranks (";
+    for (size_t i = 0; i < hosts.size(); ++i) m << (i ? ", " : "") << hosts[i].size();
+    m << " ranks): host-level plans need the same number on every host, flat plans run";
+    if (config_.host_level != HostLevelPolicy::Off) notes_.push_back(m.str());
+    return;
+  }
+  host_level_ok_ = config_.host_level != HostLevelPolicy::Off;
+  host_level_only_ = config_.host_level == HostLevelPolicy::On;
 }
 
 std::shared_ptr<const core::Schedule> Planner::schedule_for(const PlanChoice& choice) const {
@@ -161,15 +202,37 @@ std::shared_ptr<const core::Schedule> Planner::schedule_for(const PlanChoice& ch
     if (it != schedules_.end()) return it->second;
   }
   core::BuildParams params;
-  if (s >= 0) params.stragglers = {s};
-  for (const Slowdown& d : slow) {
-    params.stragglers.push_back(d.rank);
-    params.slowdowns.push_back(d.factor);
+  if (s >= 0 && !choice.by_host) params.stragglers = {s};
+  if (choice.by_host) {
+    // OptCC across hosts runs for the slow ranks' hosts (a host at its slowest rank's factor).
+    std::map<int, double> hosts;
+    for (const Slowdown& d : slow) {
+      double& f = hosts[config_.host_of[d.rank]];
+      f = std::max(f, d.factor);
+    }
+    for (const auto& [h, f] : hosts) {
+      params.stragglers.push_back(h);
+      params.slowdowns.push_back(f);
+    }
+  } else {
+    for (const Slowdown& d : slow) {
+      params.stragglers.push_back(d.rank);
+      params.slowdowns.push_back(d.factor);
+    }
   }
   if (k > 0) params.segments = k;
   std::shared_ptr<const core::Schedule> built;
   try {
-    auto sched = std::make_shared<core::Schedule>(core::build(algo, n_, params));
+    std::shared_ptr<core::Schedule> sched;
+    if (choice.by_host) {
+      core::HostLevelOptions o;
+      o.cross = algo;
+      o.cross_params = params;
+      o.late_rank = s;
+      sched = std::make_shared<core::Schedule>(core::host_level(config_.host_of, o));
+    } else {
+      sched = std::make_shared<core::Schedule>(core::build(algo, n_, params));
+    }
     core::verify_or_throw(*sched);
     built = std::move(sched);
   } catch (const std::exception& e) {
@@ -210,8 +273,38 @@ void Planner::set_network(const NetworkModel& network) {
       measured_.degraded.end());
   config_.link = network.link;
   auto_choice_.clear();
-  degraded_choice_.clear();
-  profiled_choice_.clear();
+  segments_choice_.clear();
+}
+
+void Planner::set_local_link(const LinkModel& link) {
+  check_link(link);
+  std::lock_guard<std::mutex> lock(mu_);
+  local_link_ = link;
+  auto_choice_.clear();
+  segments_choice_.clear();
+}
+
+LinkModel Planner::local_link() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return local_link_;
+}
+
+void Planner::set_corrections(const std::map<PlanFamily, double>& corrections) {
+  for (const auto& [family, f] : corrections) {
+    if (!(f > 0) || !std::isfinite(f)) {
+      throw Error("stragg: planner: correction of " + family.describe() + " must be > 0, got " +
+                  std::to_string(f));
+    }
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  if (corrections == corrections_) return;
+  corrections_ = corrections;
+  auto_choice_.clear();
+}
+
+std::map<PlanFamily, double> Planner::corrections() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return corrections_;
 }
 
 LinkModel Planner::link_model() const {
@@ -228,6 +321,11 @@ NetworkModel Planner::network() const {
 
 double Planner::predict(const PlanChoice& choice, size_t bytes, int late_rank,
                         double delay_s) const {
+  return simulate_choice(choice, bytes, late_rank, delay_s, false);
+}
+
+double Planner::simulate_choice(const PlanChoice& choice, size_t bytes, int late_rank,
+                                double delay_s, bool one_level) const {
   if (n_ <= 1) return 0.0;
   auto s = schedule_for(choice);
   const NetworkModel net = network();
@@ -235,6 +333,12 @@ double Planner::predict(const PlanChoice& choice, size_t bytes, int late_rank,
   opt.nbytes = static_cast<double>(bytes);
   opt.alpha = net.link.alpha_s;
   opt.beta = net.link.beta_s_per_byte;
+  if (two_level_ && !one_level) {
+    const LinkModel local = local_link();
+    opt.host_of = config_.host_of;
+    opt.local_alpha = local.alpha_s;
+    opt.local_beta = local.beta_s_per_byte;
+  }
   opt.slowdown.assign(n_, 1.0);
   for (const Slowdown& d : net.degraded) opt.slowdown[d.rank] = d.factor;
   if (late_rank >= 0 && late_rank < n_ && delay_s > 0) {
@@ -261,138 +365,10 @@ double Planner::predict_oneshot(size_t bytes) const {
   return link.alpha_s + static_cast<double>(n_ - 1) * static_cast<double>(bytes) * link.beta_s_per_byte;
 }
 
-PlanChoice Planner::auto_base(size_t bytes, bool allow_rd) const {
-  allow_rd = allow_rd && bytes <= config_.rd_max_bytes;
-  const std::pair<size_t, bool> key{bytes, allow_rd};
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    auto it = auto_choice_.find(key);
-    if (it != auto_choice_.end()) return it->second;
-  }
-  PlanChoice best;
-  best.predicted_s = predict(Algorithm::Ring, bytes);
-  double best_time = best.predicted_s * (1.0 - config_.switch_margin);
-  std::vector<Algorithm> candidates(std::begin(kAutoCandidates), std::end(kAutoCandidates));
-  if (allow_rd) candidates.push_back(Algorithm::Rd);
-  for (Algorithm algo : candidates) {
-    if (algo == Algorithm::Ring) continue;
-    const double t = predict(algo, bytes);
-    if (t < best_time) {
-      best.algorithm = algo;
-      best.predicted_s = t;
-      best_time = t;
-    }
-  }
-  std::lock_guard<std::mutex> lock(mu_);
-  if (auto_choice_.size() >= kAutoChoiceCacheLimit) auto_choice_.clear();
-  auto_choice_[key] = best;
-  return best;
-}
-
-// Delays are bucketed (x1.25) so that a cache keyed by them holds a few entries per size.
-double Planner::delay_bucket(double delay_s) {
-  return delay_s > 0 ? std::pow(1.25, std::round(std::log(delay_s) / std::log(1.25))) : 0.0;
-}
-
-PlanChoice Planner::auto_profiled(size_t bytes, int straggler, double delay_s, bool host) const {
-  const double bucket = delay_bucket(delay_s);
-  const AutoKey key{bytes, host ? straggler : -2 - straggler, bucket};  // GPU calls: keys < 0
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    auto it = profiled_choice_.find(key);
-    if (it != profiled_choice_.end()) return it->second;
-  }
-  PlanChoice stragglar;
-  stragglar.algorithm = Algorithm::Stragglar;
-  stragglar.straggler = straggler;
-  const PlanChoice base = auto_base(bytes, host);
-  // Compared with the delay; what the call records is as without the straggler: the base's
-  // delay-free prediction (the profiler's drift check compares it with the last arrival's
-  // duration) and none for StragglAR, as before.
-  PlanChoice best = base;
-  double best_time = predict(base, bytes, straggler, bucket);
-  const double stragglar_time = predict(stragglar, bytes, straggler, bucket);
-  if (stragglar_time <= best_time) {
-    best = stragglar;
-    best_time = stragglar_time;
-  }
-  if (host && direct_candidate()) {
-    PlanChoice direct = direct_for_straggler(bytes, straggler, bucket);
-    if (direct.predicted_s >= 0 && direct.predicted_s < best_time) {
-      direct.predicted_s = 0;  // as StragglAR: no delay-free prediction recorded
-      best = direct;
-    }
-  }
-  std::lock_guard<std::mutex> lock(mu_);
-  if (profiled_choice_.size() >= kAutoChoiceCacheLimit) profiled_choice_.clear();
-  profiled_choice_[key] = best;
-  return best;
-}
-
-PlanChoice Planner::auto_degraded(size_t bytes, int call_straggler, double delay_s,
-                                  const NetworkModel& net) const {
-  const double bucket = delay_bucket(delay_s);
-  const AutoKey key{bytes, call_straggler, bucket};
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    auto it = degraded_choice_.find(key);
-    if (it != degraded_choice_.end()) return it->second;
-  }
-  std::vector<PlanChoice> candidates;
-  for (Algorithm a : kAutoCandidates) {
-    PlanChoice c;
-    c.algorithm = a;
-    candidates.push_back(c);
-  }
-  double optcc_fastest = -1;  // OptCC is judged by its fastest count, runs the most segments
-  if (n_ >= 3 && n_ - static_cast<int>(net.degraded.size()) >= 1) {
-    PlanChoice optcc;
-    optcc.algorithm = Algorithm::Optcc;
-    optcc.slow = net.degraded;
-    optcc = fastest_segments(bytes, optcc, call_straggler, bucket, &optcc_fastest);
-    if (optcc.predicted_s >= 0) candidates.push_back(optcc);
-  }
-  if (call_straggler >= 0 && call_straggler < n_ && stragglar_ok_) {
-    PlanChoice c;
-    c.algorithm = Algorithm::Stragglar;
-    c.straggler = call_straggler;
-    candidates.push_back(c);
-  }
-  if (call_straggler >= 0 && call_straggler < n_ && direct_candidate()) {
-    PlanChoice c = direct_for_straggler(bytes, call_straggler, bucket);
-    if (c.predicted_s >= 0) candidates.push_back(c);  // predicted with its fastest k
-  }
-  PlanChoice best = candidates.front();  // Ring
-  const double ring = predict(best, bytes, call_straggler, bucket);
-  best.predicted_s = ring;
-  double best_time = ring * (1.0 - config_.switch_margin);
-  for (size_t i = 1; i < candidates.size(); ++i) {
-    PlanChoice c = candidates[i];
-    double t = c.algorithm == Algorithm::Optcc ? optcc_fastest : c.predicted_s;
-    if (c.algorithm != Algorithm::Optcc && c.algorithm != Algorithm::StragglarDirect) {
-      try {
-        t = c.predicted_s = predict(c, bytes, call_straggler, bucket);
-      } catch (const Error&) {
-        continue;  // a generator that cannot serve this configuration is no candidate
-      }
-    }
-    // Against Ring, OptCC needs no margin: a degraded host slows Ring down by more than the
-    // model's factor l, so the model already errs in Ring's favour here.
-    const bool optcc_vs_ring = c.algorithm == Algorithm::Optcc && best.algorithm == Algorithm::Ring;
-    if (t < (optcc_vs_ring ? ring : best_time)) {
-      best = c;
-      best_time = t;
-    }
-  }
-  std::lock_guard<std::mutex> lock(mu_);
-  if (degraded_choice_.size() >= kAutoChoiceCacheLimit) degraded_choice_.clear();
-  degraded_choice_[key] = best;
-  return best;
-}
-
 PlanChoice Planner::fixed_choice(int call_straggler, const NetworkModel& net) const {
   PlanChoice c;
   c.algorithm = algorithm_;
+  c.by_host = host_level_only_;
   if (algorithm_ == Algorithm::Optcc) {
     c.slow = net.degraded;
     if (c.slow.empty()) c.slow = {{call_straggler >= 0 ? call_straggler : n_ - 1, 2.0}};
@@ -404,19 +380,35 @@ PlanChoice Planner::fixed_choice(int call_straggler, const NetworkModel& net) co
 }
 
 PlanChoice Planner::choose(size_t bytes, int call_straggler, double delay_s, bool host) const {
+  CallMode mode;
+  mode.degraded = network().degraded;
+  return choose(bytes, call_straggler, delay_s, host, mode);
+}
+
+PlanChoice Planner::choose(size_t bytes, int call_straggler, double delay_s, bool host,
+                           const CallMode& mode) const {
   PlanChoice c;
   if (n_ <= 1) return c;
   if (config_.algo == Algorithm::Auto) {
-    const NetworkModel net = network();
-    if (!net.degraded.empty()) return auto_degraded(bytes, call_straggler, delay_s, net);
-    if (call_straggler >= 0 && call_straggler < n_ && stragglar_ok_) {
-      if (profiled()) return auto_profiled(bytes, call_straggler, delay_s, host);
-      c.algorithm = Algorithm::Stragglar;
-      c.straggler = call_straggler;
-    } else {
-      c = auto_base(bytes, host);
+    AutoQuery q;
+    q.bytes = bytes;
+    q.straggler = call_straggler >= 0 && call_straggler < n_ ? call_straggler : -1;
+    q.delay_s = delay_s;
+    q.host = host;
+    q.profiled = profiled();
+    q.mode = mode;
+    if (!config_.slowdowns.empty()) q.mode.degraded = config_.slowdowns;
+    if (q.mode.degraded.empty() && q.straggler >= 0) {
+      if (!stragglar_ok_) {
+        q.straggler = -1;  // no StragglAR for this n: the base plans
+      } else if (!q.profiled) {
+        // A configured or agreed straggler: StragglAR for it (the user or the arrivals said so).
+        c.algorithm = Algorithm::Stragglar;
+        c.straggler = q.straggler;
+        return c;
+      }
     }
-    return c;
+    return auto_choice(q);
   }
   if (dynamic()) {
     // STRAGG_ALGO=stragglar with a dynamic straggler: Ring when everybody was on time.
@@ -436,31 +428,25 @@ PlanChoice Planner::choose(size_t bytes, int call_straggler, double delay_s, boo
   return c;
 }
 
-PlanChoice Planner::direct_for_straggler(size_t bytes, int straggler, double delay_s) const {
-  PlanChoice c;
-  c.algorithm = Algorithm::StragglarDirect;
-  c.straggler = straggler;
-  return fastest_segments(bytes, c, straggler, delay_s);
-}
-
 PlanChoice Planner::best_segments(size_t bytes, const PlanChoice& base) const {
   // Keys below -1 are the explicit algorithm's entries: -2 OptCC, -3 - s StragglAR-direct for s.
-  const AutoKey key{bytes, base.algorithm == Algorithm::Optcc ? -2 : -3 - base.straggler, 0.0};
+  const AutoKey key{bytes, base.algorithm == Algorithm::Optcc ? -2 : -3 - base.straggler, 0.0,
+                    base.by_host ? 1 : 0, {}};
   {
     std::lock_guard<std::mutex> lock(mu_);
-    auto it = degraded_choice_.find(key);
-    if (it != degraded_choice_.end() && it->second.slow == base.slow) return it->second;
+    auto it = segments_choice_.find(key);
+    if (it != segments_choice_.end() && it->second.slow == base.slow) return it->second;
   }
   PlanChoice best = fastest_segments(bytes, base, -1, 0.0);
   if (best.predicted_s < 0) best = base;  // keep the generator's default
   std::lock_guard<std::mutex> lock(mu_);
-  if (degraded_choice_.size() >= kAutoChoiceCacheLimit) degraded_choice_.clear();
-  degraded_choice_[key] = best;
+  if (segments_choice_.size() >= kAutoChoiceCacheLimit) segments_choice_.clear();
+  segments_choice_[key] = best;
   return best;
 }
 
 PlanChoice Planner::fastest_segments(size_t bytes, const PlanChoice& base, int late_rank,
-                                     double delay_s, double* fastest_s) const {
+                                     double delay_s, double* fastest_s, bool one_level) const {
   const bool optcc = base.algorithm == Algorithm::Optcc;
   // Ranks that split each segment: OptCC's healthy ranks, StragglAR-direct's early ones.
   const int owners = optcc ? std::max(1, n_ - static_cast<int>(base.slow.size())) : n_ - 1;
@@ -477,7 +463,7 @@ PlanChoice Planner::fastest_segments(size_t bytes, const PlanChoice& base, int l
     PlanChoice c = base;
     c.segments = k;
     try {
-      c.predicted_s = predict(c, bytes, late_rank, delay_s);
+      c.predicted_s = simulate_choice(c, bytes, late_rank, delay_s, one_level);
     } catch (const Error&) {
       continue;  // a generator that cannot serve this configuration is no candidate
     }
@@ -513,9 +499,10 @@ std::shared_ptr<const LoweredSchedule> Planner::lower(int rank, const PlanChoice
     lowered = std::make_shared<const LoweredSchedule>();
   } else {
     auto s = schedule_for(key_choice);
-    lowered = std::make_shared<const LoweredSchedule>(
-        lower_schedule(*s, rank, numel, elem_size, config_.max_staging_bytes, ordered_recvs,
-                       config_.pipeline_bytes));
+    LoweredSchedule plan = lower_schedule(*s, rank, numel, elem_size, config_.max_staging_bytes,
+                                          ordered_recvs, config_.pipeline_bytes);
+    plan.tag = schedule_tag(key_choice.algorithm, key_choice.by_host);
+    lowered = std::make_shared<const LoweredSchedule>(std::move(plan));
   }
   std::lock_guard<std::mutex> lock(mu_);
   lowered_.emplace_front(key, lowered);

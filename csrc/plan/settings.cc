@@ -149,6 +149,7 @@ E choice_of(const SettingValue& v, const std::array<const char*, N>& names,
 
 constexpr std::array<const char*, 5> kTransportNames = {"auto", "shm", "tcp", "gloo", "mixed"};
 constexpr std::array<const char*, 3> kDebugNames = {"off", "info", "detail"};
+constexpr std::array<const char*, 3> kHostLevelNames = {"auto", "on", "off"};
 
 const std::vector<Row>& rows() {
   static const std::vector<Row> table = {
@@ -171,6 +172,16 @@ const std::vector<Row>& rows() {
          s.algo = choice_of<Algorithm>(v, kAlgorithmNames, a);
        },
        [](const Settings& s) { return std::string(algorithm_name(s.algo)); }},
+      {{"host_level", "STRAGG_HOST_LEVEL", "choice", "auto", "one of auto, on, off",
+        "groups whose ranks share hosts: auto lets the cost model weigh host-level plans (a "
+        "reduce-scatter inside each host, the cross-host schedule on 1/K of the buffer per host "
+        "mate, an allgather inside each host) against flat ones; on: host-level plans only (an "
+        "explicit STRAGG_ALGO then runs across hosts); off: flat plans only",
+        true},
+       [](Settings& s, const SettingValue& v, const std::string& a) {
+         s.host_level = choice_of<HostLevelPolicy>(v, kHostLevelNames, a);
+       },
+       [](const Settings& s) { return std::string(host_level_name(s.host_level)); }},
       {{"straggler", "STRAGG_STRAGGLER", "rank or mode", "auto",
         "a rank of the group, auto, dynamic or none",
         "auto: the profiler's persistent straggler, if any; a rank: known to arrive last "
@@ -329,9 +340,10 @@ const std::vector<Row>& rows() {
        },
        [](const Settings& s) { return format_size(s.tcp_unsent_bytes); }},
       {{"plan_check", "STRAGG_PLAN_CHECK", "bool", "1", "1/0 (true/false, on/off, yes/no)",
-        "time every move the profiler and the link probes make the planner take (StragglAR for a "
-        "straggler, OptCC for degraded links) against the calls before it, and undo it (for a "
-        "while) when the calls got slower; 0: trust the cost model",
+        "time every move the profiler, the link probes and the host layout make the planner "
+        "take (StragglAR for a straggler, OptCC for degraded links, host-level plans) on the "
+        "same calls as the plan it would replace and the flat baseline, keep the fastest, and "
+        "correct the cost model from what the calls took; 0: trust the cost model",
         true},
        [](Settings& s, const SettingValue& v, const std::string& a) {
          s.plan_check = bool_of(v, a);
@@ -442,6 +454,11 @@ const Row* find_row(const std::string& key) {
 const char* transport_choice_name(TransportChoice t) {
   const auto i = static_cast<size_t>(t);
   return i < kTransportNames.size() ? kTransportNames[i] : "unknown";
+}
+
+const char* host_level_name(HostLevelPolicy p) {
+  const auto i = static_cast<size_t>(p);
+  return i < kHostLevelNames.size() ? kHostLevelNames[i] : "unknown";
 }
 
 std::string Straggler::to_string() const {

@@ -54,10 +54,16 @@ struct Straggler {
 
 enum class DebugLevel : uint8_t { Off = 0, Info, Detail };
 
+// Host-level plans (STRAGG_HOST_LEVEL) for groups whose ranks share hosts: chosen by the cost
+// model (Auto), always where the hosts allow it (On), never (Off).
+enum class HostLevelPolicy : uint8_t { Auto = 0, On, Off };
+const char* host_level_name(HostLevelPolicy p);
+
 // Every field in the unit the user writes (the table's), so values round-trip exactly.
 struct Settings {
   TransportChoice transport = TransportChoice::Auto;
   Algorithm algo = Algorithm::Auto;
+  HostLevelPolicy host_level = HostLevelPolicy::Auto;
   Straggler straggler = Straggler::profiled();
   int64_t dynamic_window_us = -1;   // dynamic straggler's wait-or-proceed window; -1: cost model
   std::vector<Slowdown> slowdowns;  // forced degraded ranks; empty: as measured by link probes

@@ -99,6 +99,9 @@ struct ProfilerSummary {
   // Filled by the session (session/group_profiler.h), not by StragglerProfiler:
   int applied_straggler = -1;            // StragglAR runs for it (the plan check may undo one)
   std::vector<Slowdown> applied_degraded;  // the degraded ranks the planner uses
+  std::string applied_mode;                // PlanMode::describe() of what runs
+  // The cost model's measured corrections: (family, measured / predicted).
+  std::vector<std::pair<std::string, double>> corrections;
   std::vector<PlanCheckRecord> plan_checks;
   uint64_t probe_campaigns = 0;  // link probes finished
   uint64_t probe_slices = 0;     // probe slices run between calls

@@ -18,8 +18,12 @@ namespace stragg {
 // Carried in message headers so ranks running different schedules notice it: an all_reduce
 // Algorithm (core/algorithm.h), or kLinkProbeTag for the profiler's link probes.
 inline constexpr uint8_t kLinkProbeTag = 0xFF;
-inline uint8_t schedule_tag(Algorithm a) { return static_cast<uint8_t>(a); }
-// "ring", "stragglar", ..., "link probe", or "plan <tag>".
+// Set in the tag of a host-level plan (core/host_level.cc) of an algorithm.
+inline constexpr uint8_t kHostLevelTagBit = 0x40;
+inline uint8_t schedule_tag(Algorithm a, bool by_host = false) {
+  return static_cast<uint8_t>(static_cast<uint8_t>(a) | (by_host ? kHostLevelTagBit : 0));
+}
+// "ring", "stragglar", ..., "host:ring", "link probe", or "plan <tag>".
 std::string schedule_tag_name(uint8_t tag);
 
 struct LoweredOp {

@@ -6,6 +6,8 @@
 #include <cstdint>
 #include <string>
 
+#include "core/algorithm.h"
+
 namespace stragg {
 
 struct CallRecord {
@@ -24,7 +26,11 @@ struct CallRecord {
   double wait_s = 0;      // of run_s, blocked waiting for peers
   double pre_arrival_s = 0;  // of run_s, in pre-arrival steps
   double window_s = 0;       // dynamic straggler: the wait-or-proceed window used
-  double predicted_s = 0;    // the cost model's time for the choice (0: not predicted)
+  // The cost model's time for the choice from the last rank's arrival, without measured
+  // corrections (0: not predicted).
+  double predicted_s = 0;
+  Algorithm plan_algorithm = Algorithm::Auto;  // the plan's family (Auto: no schedule, one-shot)
+  bool plan_by_host = false;
   // When this rank's run ended (unset: not run on the executor). The profiler times the job's
   // steps from it, so that it reads no clock of its own on every call.
   std::chrono::steady_clock::time_point run_end{};

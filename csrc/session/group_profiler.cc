@@ -91,7 +91,9 @@ GroupProfiler::GroupProfiler(int rank, int n, const Settings& settings, Planner&
                     std::vector<int> h = host_of_;
                     std::sort(h.begin(), h.end());
                     return std::adjacent_find(h.begin(), h.end()) != h.end();
-                  }()),
+                  }(),
+              host_of_.size() == static_cast<size_t>(n) ? host_of_ : std::vector<int>{}),
+      check_(planner.host_level_possible() && planner.config().host_level == HostLevelPolicy::Auto),
       every_(settings.profiler_settings().exchange_every),
       link_(planner.link_model()) {
   if (settings_.enabled) {
@@ -99,6 +101,25 @@ GroupProfiler::GroupProfiler(int rank, int n, const Settings& settings, Planner&
     profiler_->set_direct_variant(planner.direct_candidate());  // fixed with the transport
   }
   enabled_.store(profiler_ != nullptr);
+  // Checked moves start from the baseline; unchecked ones from the cost model's choice.
+  if (plan_check_ && profiler_) mode_ = check_.current();
+}
+
+PlanMode GroupProfiler::next_call_mode(CallMode* planner_mode) const {
+  PlanMode m = mode_;  // written on this thread only
+  if (check_.in_trial() && calls_ >= trial_first_call_ &&
+      calls_ - trial_first_call_ < check_.trial_calls()) {
+    m = check_.arm_mode(check_.arm_of(static_cast<size_t>(calls_ - trial_first_call_)));
+  }
+  if (planner_mode != nullptr) {
+    planner_mode->degraded = m.degraded;
+    planner_mode->flat = m.flat;
+    // The baseline is what stragg ran before it knew hosts: flat plans, the one-level model.
+    const bool baseline = plan_check_ && m.same_as(check_.baseline());
+    planner_mode->corrected = !baseline;
+    planner_mode->one_level = baseline && m.flat;
+  }
+  return m;
 }
 
 void GroupProfiler::run_probe_slices(Executor& ex, const InternalSpec& spec,
@@ -137,6 +158,7 @@ void GroupProfiler::after_call(Executor& ex, const InternalSpec& spec, const Cal
   batch_durations_.push_back(record.agreement_s + record.run_s);
   batch_bytes_.push_back(record.bytes);
   batch_predicted_.push_back(record.predicted_s);
+  batch_families_.push_back({record.plan_algorithm, record.plan_by_host});
   try {
     // An extra exchange after the first kFirstBatchCalls calls: until it the planner has only
     // the default link model (fast links), which on a slow network picks slower schedules for
@@ -145,6 +167,8 @@ void GroupProfiler::after_call(Executor& ex, const InternalSpec& spec, const Cal
     if (exchanges_done_ == 0 && every_ > kFirstBatchCalls) batch = kFirstBatchCalls;
     if (exchanges_done_ == 1 && early_exchange_) batch = std::max(1, every_ - kFirstBatchCalls);
     if (cut_batch_at_ > 0) batch = std::min(batch, cut_batch_at_);
+    // A trial's batch is the trial: its arms' calls, however often exchanges come otherwise.
+    if (check_.in_trial()) batch = static_cast<int>(check_.trial_calls());
     if (static_cast<int>(batch_durations_.size()) >= batch) {
       cut_batch_at_ = 0;
       if (exchanges_done_ == 0) early_exchange_ = batch < every_;
@@ -227,7 +251,9 @@ void GroupProfiler::exchange(Executor& ex, const InternalSpec& spec,
   batch_durations_.clear();
   batch_bytes_.clear();
   const bool drift = drifted(durations, k);
+  const std::vector<CheckedCall> checked = checked_calls(durations, k, bytes);
   batch_predicted_.clear();
+  batch_families_.clear();
 
   std::unique_lock<std::mutex> lock(mu_);
   // Link probes: at the first exchange, then periodically and on drift. Their slices run right
@@ -279,7 +305,7 @@ void GroupProfiler::exchange(Executor& ex, const InternalSpec& spec,
   const uint64_t exchanges = profiler_->exchanges();
   lock.unlock();
 
-  const double beta = calls_beta(durations, k, bytes);
+  const double beta = calls_beta(checked);
   schedule_probes(beta, k, batch_period);
   {
     // Until a probe has measured the links, the calls' own rate is a better model than the
@@ -306,47 +332,113 @@ void GroupProfiler::exchange(Executor& ex, const InternalSpec& spec,
     std::lock_guard<std::mutex> guard(mu_);
     proposed.degraded = analysis_.degraded;
   }
-  PlanMode mode;
-  PlanCheckRecord latest;
-  bool checked = false;
+  check_plan(proposed, checked, exchanges);
   {
     std::lock_guard<std::mutex> guard(mu_);
-    const uint64_t before = check_.total();
-    mode = plan_check_ ? check_.update(proposed, batch_period, exchanges, calls_) : proposed;
-    checked = check_.total() != before;
-    if (checked) latest = check_.records().back();
     // The first campaign decides whether the network is degraded: when its budget runs out
     // before its last slice, the next exchange (which grants more) comes after kFirstBatchCalls
-    // calls, not after K. Not while a plan check's trial runs (its batch measures the new plan)
-    // nor when exchanges are costly (K grew).
+    // calls, not after K. Not while a plan check's trial runs (its batch is the trial) nor when
+    // exchanges are costly (K grew).
     if (probe_stats_.campaigns == 0 && !confirming_ && prober_.active() &&
         slices_allowed_ < prober_.slices_left() && every_ <= settings_.exchange_every &&
         !check_.in_trial()) {
       cut_batch_at_ = kFirstBatchCalls;
     }
   }
+}
+
+std::vector<CheckedCall> GroupProfiler::checked_calls(const std::vector<double>& durations, int k,
+                                                      const std::vector<int64_t>& bytes) const {
+  std::vector<CheckedCall> out(static_cast<size_t>(k));
+  const bool trial = check_.in_trial();
+  for (int i = 0; i < k; ++i) {
+    CheckedCall& c = out[static_cast<size_t>(i)];
+    const uint64_t call = batch_first_call_ + static_cast<uint64_t>(i);
+    if (trial && call >= trial_first_call_ && call - trial_first_call_ < check_.trial_calls()) {
+      c.arm = check_.arm_of(static_cast<size_t>(call - trial_first_call_));
+    }
+    c.bytes = bytes[static_cast<size_t>(i)];
+    // The rank that arrived last waited for nobody: its duration is what the call cost the job.
+    double t = durations[static_cast<size_t>(i)];
+    for (int r = 1; r < n_; ++r) t = std::min(t, durations[static_cast<size_t>(r) * k + i]);
+    c.critical_s = t;
+    c.predicted_s = batch_predicted_[static_cast<size_t>(i)];
+    c.family = batch_families_[static_cast<size_t>(i)];
+  }
+  return out;
+}
+
+void GroupProfiler::check_plan(const PlanMode& proposed, const std::vector<CheckedCall>& calls,
+                               uint64_t exchanges) {
+  PlanMode mode;
+  PlanCheckRecord latest;
+  bool checked = false;
+  std::vector<ModelError> errors;
+  std::map<PlanFamily, double> corrections;
+  {
+    std::lock_guard<std::mutex> guard(mu_);
+    const uint64_t before = check_.total();
+    mode = plan_check_ ? check_.update(proposed, calls, exchanges, calls_) : proposed;
+    checked = check_.total() != before;
+    if (checked) latest = check_.records().back();
+    errors = check_.new_model_errors();
+    corrections = check_.corrections();
+  }
+  if (check_.in_trial()) trial_first_call_ = calls_;
+  if (plan_check_ && corrections != planner_.corrections()) {
+    // A plan of the running mode that the new corrections change has not been measured: it is
+    // tried against the baseline (at the batch's most frequent size).
+    std::map<int64_t, int> sizes;
+    for (const CheckedCall& c : calls) ++sizes[c.bytes];
+    const auto typical = std::max_element(
+        sizes.begin(), sizes.end(), [](const auto& a, const auto& b) { return a.second < b.second; });
+    CallMode cm;
+    cm.degraded = mode.degraded;
+    cm.flat = mode.flat;
+    const int s = planner_.profiled() ? mode.straggler : -1;
+    const size_t b = typical == sizes.end() ? 0 : static_cast<size_t>(typical->first);
+    const PlanChoice before = planner_.choose(b, s, straggler_delay_s(), true, cm);
+    planner_.set_corrections(corrections);
+    const PlanChoice after = planner_.choose(b, s, straggler_delay_s(), true, cm);
+    if (!check_.in_trial() && !mode.same_as(check_.baseline()) && !(before == after)) {
+      std::lock_guard<std::mutex> guard(mu_);
+      check_.recheck();
+    }
+  }
   apply(mode);
+  const std::string who = "stragg: rank " + std::to_string(rank_) + " of group '" + group_ + "': ";
   if (checked) {
     const PlanCheckRecord& c = latest;
     std::ostringstream m;
-    m << "stragg: rank " << rank_ << " of group '" << group_ << "': plan check: " << c.change
-      << (c.kept ? " kept" : " undone") << " (" << std::setprecision(4) << c.period_s * 1e3
-      << " ms per call with it, " << c.baseline_s * 1e3 << " ms before)";
+    m << who << "plan check: " << c.change << (c.kept ? " kept" : " undone") << ", " << c.chosen
+      << " runs from call " << c.call << " (time per call after the last arrival:";
+    for (size_t a = 0; a < c.arms.size(); ++a) {
+      m << (a ? ";" : "") << " " << c.arms[a].mode << " " << std::setprecision(4)
+        << c.arms[a].score_s * 1e3 << " ms over " << c.arms[a].calls << " calls";
+    }
+    m << ")";
     log_info(m.str());
+  }
+  for (const ModelError& e : errors) {
+    std::ostringstream m;
+    m << who << "cost model: " << e.family.describe() << " took " << std::setprecision(3)
+      << e.ratio << "x its predicted time over " << e.calls
+      << " measured calls; its predictions are scaled by that from now on";
+    log_warning(m.str());
   }
 }
 
-double GroupProfiler::calls_beta(const std::vector<double>& durations, int k,
-                                 const std::vector<int64_t>& bytes) const {
-  // The last arrival's time (it waited for nobody) over what a Ring moves per rank, for calls of
-  // 64 KiB or more: the rate the calls showed (0: no such call).
+double GroupProfiler::calls_beta(const std::vector<CheckedCall>& calls) const {
+  // Flat Ring and RHD calls of 64 KiB or more (each rank sends 2(n-1)/n of the buffer, across
+  // hosts one flow per NIC): the last arrival's time over what they move, the rate the calls
+  // showed (0: no such call).
   std::vector<double> betas;
-  for (int i = 0; i < k; ++i) {
-    if (bytes[static_cast<size_t>(i)] < 64 * 1024) continue;
-    double t = durations[static_cast<size_t>(i)];
-    for (int r = 1; r < n_; ++r) t = std::min(t, durations[static_cast<size_t>(r) * k + i]);
-    const double moved = 2.0 * (n_ - 1) / n_ * static_cast<double>(bytes[static_cast<size_t>(i)]);
-    if (t > 0) betas.push_back(t / moved);
+  for (const CheckedCall& c : calls) {
+    const bool ring_like = !c.family.by_host && (c.family.algorithm == Algorithm::Ring ||
+                                                 c.family.algorithm == Algorithm::Rhd);
+    if (c.bytes < 64 * 1024 || !ring_like || !(c.critical_s > 0)) continue;
+    const double moved = 2.0 * (n_ - 1) / n_ * static_cast<double>(c.bytes);
+    betas.push_back(c.critical_s / moved);
   }
   return median_of(betas);
 }
@@ -464,7 +556,7 @@ void GroupProfiler::probe_links(Executor& ex, const InternalSpec& spec,
     PlanMode proposed = check_.current();
     proposed.degraded = analysis_.degraded;
     if (profiler_) proposed.straggler = profiler_->straggler();
-    mode = plan_check_ ? check_.update(proposed, -1, profiler_ ? profiler_->exchanges() : 0, calls_)
+    mode = plan_check_ ? check_.apply_now(proposed, profiler_ ? profiler_->exchanges() : 0)
                        : proposed;
   }
   apply(mode);
@@ -550,14 +642,32 @@ void GroupProfiler::install(const std::vector<LinkModel>& matrix,
     analysis_ = a;
     drift_baseline_ = 0;
   }
-  // The reference model at once; the degraded ranks through the plan check (apply()).
+  // The measured network at once (what the cost model predicts with); what OptCC runs for goes
+  // through the plan check (the call's mode). Corrections measured against the old model no
+  // longer hold.
   NetworkModel net = planner_.network();
   net.link = a.reference;
+  net.degraded = a.degraded;
+  planner_.set_network(net);
+  if (planner_.two_level()) {
+    // Host mates' links (shared memory): their median, for the two-level model.
+    std::vector<double> alphas, betas;
+    const size_t n = static_cast<size_t>(n_);
+    for (size_t i = 0; i < n; ++i) {
+      for (size_t j = 0; j < n; ++j) {
+        const LinkModel& l = matrix[i * n + j];
+        if (i == j || host_of_[i] != host_of_[j] || !(l.alpha_s >= 0)) continue;
+        alphas.push_back(l.alpha_s);
+        betas.push_back(l.beta_s_per_byte);
+      }
+    }
+    if (!alphas.empty()) planner_.set_local_link({median_of(alphas), median_of(betas)});
+  }
   {
     std::lock_guard<std::mutex> lock(mu_);
-    net.degraded = mode_.degraded;
+    check_.reset_corrections();
   }
-  planner_.set_network(net);
+  planner_.set_corrections({});
   std::ostringstream m;
   m << "stragg: rank " << rank_ << " of group '" << group_ << "': link probe: alpha "
     << a.reference.alpha_s * 1e6 << " us, " << 1e-9 / a.reference.beta_s_per_byte
@@ -570,19 +680,11 @@ void GroupProfiler::install(const std::vector<LinkModel>& matrix,
 }
 
 void GroupProfiler::apply(const PlanMode& mode) {
-  bool network_changed = false;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    network_changed = !(mode.degraded == mode_.degraded);
     mode_ = mode;
   }
   straggler_.store(mode.straggler);
-  if (network_changed) {
-    NetworkModel net = planner_.network();
-    net.link = link_model(nullptr);
-    net.degraded = mode.degraded;
-    planner_.set_network(net);
-  }
 }
 
 ProfilerSummary GroupProfiler::summary() const {
@@ -598,6 +700,10 @@ ProfilerSummary GroupProfiler::summary() const {
   }
   s.applied_straggler = mode_.straggler;
   s.applied_degraded = mode_.degraded;
+  s.applied_mode = mode_.describe();
+  for (const auto& [family, ratio] : check_.corrections()) {
+    s.corrections.emplace_back(family.describe(), ratio);
+  }
   s.plan_checks = check_.records();
   s.probe_campaigns = probe_stats_.campaigns;
   s.probe_slices = probe_stats_.slices;
@@ -640,6 +746,11 @@ std::vector<PlanCheckRecord> GroupProfiler::plan_checks() const {
 PlanMode GroupProfiler::plan_mode() const {
   std::lock_guard<std::mutex> lock(mu_);
   return mode_;
+}
+
+std::map<PlanFamily, double> GroupProfiler::corrections() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return check_.corrections();
 }
 
 ProbeStats GroupProfiler::probe_stats() const {

@@ -21,6 +21,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -74,6 +75,9 @@ class GroupProfiler {
   // The straggler the session runs StragglAR for (-1: none): the profiler's persistent
   // straggler unless the plan check undid it, and its median delay (seconds).
   int straggler() const { return straggler_.load(); }
+  // Worker thread: the mode the next call runs (a trial's arm, else the plan check's verdict),
+  // and what the planner is to use for it.
+  PlanMode next_call_mode(CallMode* planner_mode) const;
   double straggler_delay_s() const { return straggler_delay_s_.load(); }
   ProfilerSummary summary() const;
   const ProfilerSettings& settings() const { return settings_; }
@@ -88,6 +92,8 @@ class GroupProfiler {
   std::vector<double> recent_delays() const;
   std::vector<PlanCheckRecord> plan_checks() const;
   PlanMode plan_mode() const;
+  // The measured corrections of the cost model the planner uses (per plan family).
+  std::map<PlanFamily, double> corrections() const;
   ProbeStats probe_stats() const;
 
  private:
@@ -98,9 +104,15 @@ class GroupProfiler {
   // After an exchange: have the calls' times drifted from the cost model since the last probe?
   // (identical on every rank: it reads the exchanged durations)
   bool drifted(const std::vector<double>& durations, int k);
-  // The seconds per byte the batch's calls of 64 KiB or more showed (0: none).
-  double calls_beta(const std::vector<double>& durations, int k,
-                    const std::vector<int64_t>& bytes) const;
+  // The seconds per byte the batch's calls of 64 KiB or more showed: the model's beta scaled by
+  // their measured / predicted time after the last arrival (0: no such call).
+  double calls_beta(const std::vector<CheckedCall>& calls) const;
+  // The batch's calls as the plan check reads them (from the exchanged durations).
+  std::vector<CheckedCall> checked_calls(const std::vector<double>& durations, int k,
+                                         const std::vector<int64_t>& bytes) const;
+  // The plan check's verdict at an exchange (logged), its corrections given to the planner.
+  void check_plan(const PlanMode& proposed, const std::vector<CheckedCall>& calls,
+                  uint64_t exchanges);
   // Probe scheduling at an exchange from the batch's exchanged numbers (calls_beta_s: calls_beta()).
   void schedule_probes(double calls_beta_s, int k, double period_s);
   // A finished probe's matrix: confirms a small new factor with a second probe, else keeps it
@@ -150,6 +162,8 @@ class GroupProfiler {
   std::vector<double> batch_durations_;
   std::vector<int64_t> batch_bytes_;
   std::vector<double> batch_predicted_;
+  std::vector<PlanFamily> batch_families_;
+  uint64_t trial_first_call_ = 0;  // the call index a trial began at
   uint64_t batch_first_call_ = 0;
   // Times between the ends of consecutive calls in this batch (the job's compute included),
   // without those an exchange or a probe fell into: their median is the batch's time per call.

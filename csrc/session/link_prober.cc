@@ -17,13 +17,14 @@ constexpr double kUnmeasured = 1e300;
 
 }  // namespace
 
-LinkProber::LinkProber(int rank, int n, bool all_rounds)
-    : rank_(rank), n_(n), all_rounds_(all_rounds) {}
+LinkProber::LinkProber(int rank, int n, bool all_rounds, const std::vector<int>& host_of)
+    : rank_(rank), n_(n), all_rounds_(all_rounds || ProbePairing(n, host_of).by_host()),
+      pairing_(n, host_of) {}
 
 void LinkProber::start(size_t transfer_bytes) {
   const size_t per_message = std::max<size_t>(sizeof(float), transfer_bytes / kMessages);
   elems_ = per_message / sizeof(float);
-  const int rounds = all_rounds_ ? probe_rounds(n_) : std::min(probe_rounds(n_), kCampaignRounds);
+  const int rounds = all_rounds_ ? pairing_.rounds() : std::min(pairing_.rounds(), kCampaignRounds);
   slices_.clear();
   for (int rep = 0; rep < kCampaignRepetitions; ++rep) {
     for (int round = 0; round < rounds; ++round) {
@@ -31,7 +32,7 @@ void LinkProber::start(size_t transfer_bytes) {
     }
   }
   next_ = 0;
-  best_.assign(static_cast<size_t>(probe_rounds(n_)) * 2, {kUnmeasured, kUnmeasured, kUnmeasured});
+  best_.assign(static_cast<size_t>(pairing_.rounds()) * 2, {kUnmeasured, kUnmeasured, kUnmeasured});
   buf_.assign(2 * static_cast<size_t>(kMessages) * elems_, 1.0f);
   active_ = !slices_.empty();
 }
@@ -41,8 +42,9 @@ void LinkProber::run_slice(Executor& ex, const InternalSpec& spec,
   using Clock = std::chrono::steady_clock;
   auto& best = best_[static_cast<size_t>(slice.round) * 2 + slice.direction];
   for (int shape = 0; shape < 3; ++shape) {
-    const LoweredSchedule plan = link_probe_schedule(
-        n_, rank_, slice.round, slice.direction, kMessages, elems_, static_cast<ProbeShape>(shape));
+    const LoweredSchedule plan = link_probe_pair_schedule(
+        pairing_.partner(slice.round, rank_), pairing_.sends(slice.round, slice.direction, rank_),
+        kMessages, elems_, static_cast<ProbeShape>(shape));
     const CollectiveSpec s = spec("link probe", DType::Float32, buf_.size());
     const auto t0 = Clock::now();
     ex.run(plan, s, buf_.data(), timeout);
@@ -69,8 +71,8 @@ std::vector<LinkModel> LinkProber::probe_now(Executor& ex, const InternalSpec& s
   const auto saved = std::make_tuple(elems_, slices_, next_, best_, buf_);
   elems_ = kFullTransferBytes / kMessages / sizeof(float);
   buf_.assign(2 * static_cast<size_t>(kMessages) * elems_, 1.0f);
-  best_.assign(static_cast<size_t>(probe_rounds(n_)) * 2, {kUnmeasured, kUnmeasured, kUnmeasured});
-  for (int round = 0; round < probe_rounds(n_); ++round) {
+  best_.assign(static_cast<size_t>(pairing_.rounds()) * 2, {kUnmeasured, kUnmeasured, kUnmeasured});
+  for (int round = 0; round < pairing_.rounds(); ++round) {
     for (int direction : {0, 1}) {
       for (int rep = 0; rep < kFullRepetitions; ++rep) run_slice(ex, spec, timeout, {round, direction});
     }
@@ -88,15 +90,15 @@ std::vector<LinkModel> LinkProber::finish(Executor& ex, const InternalSpec& spec
   const size_t n = static_cast<size_t>(n_);
   std::vector<double> all(n * n * 2, 0.0);
   for (size_t j = 0; j < n; ++j) all[(rank_ * n + j) * 2] = all[(rank_ * n + j) * 2 + 1] = -1;
-  for (int round = 0; round < probe_rounds(n_); ++round) {
+  for (int round = 0; round < pairing_.rounds(); ++round) {
     for (int direction : {0, 1}) {
       const auto& b = best_[static_cast<size_t>(round) * 2 + direction];
-      if (!probe_sends(n_, round, direction, rank_) || b[0] >= kUnmeasured ||
+      if (!pairing_.sends(round, direction, rank_) || b[0] >= kUnmeasured ||
           b[1] >= kUnmeasured || b[2] >= kUnmeasured) {
         continue;
       }
       const LinkModel l = estimate_link(b[0], b[1], b[2], kMessages, elems_ * sizeof(float));
-      const size_t j = static_cast<size_t>(probe_partner(n_, round, rank_));
+      const size_t j = static_cast<size_t>(pairing_.partner(round, rank_));
       all[(rank_ * n + j) * 2] = l.alpha_s;
       all[(rank_ * n + j) * 2 + 1] = l.beta_s_per_byte;
     }
@@ -110,7 +112,7 @@ std::vector<LinkModel> LinkProber::finish(Executor& ex, const InternalSpec& spec
     matrix[i].alpha_s = diagonal ? -1 : all[i * 2];
     matrix[i].beta_s_per_byte = diagonal ? -1 : all[i * 2 + 1];
   }
-  return matrix;
+  return pairing_.expand(matrix);
 }
 
 }  // namespace stragg

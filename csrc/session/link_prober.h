@@ -2,6 +2,8 @@
 // and all-gathers the n x n matrix of per-link alpha/beta (plan/link_probe.h).
 //
 // Two ways to probe:
+// Who probes whom in a round is ProbePairing's (plan/link_probe.h): every rank pair, or host to
+// host where ranks share hosts among several.
 //  * probe_now(): every round of the round-robin pairing, 5 repetitions, 1 MiB transfers, at
 //    once (stragg.profiler.measure_links(): the user asked and waits for it).
 //  * a campaign in slices, run between the calls of a job: start() picks the transfer size and
@@ -21,6 +23,7 @@
 #include <vector>
 
 #include "plan/link_model.h"
+#include "plan/link_probe.h"
 #include "runtime/executor.h"
 
 namespace stragg {
@@ -34,8 +37,9 @@ class LinkProber {
   static constexpr int kCampaignRounds = 4;
   static constexpr int kCampaignRepetitions = 3;
 
-  // `all_rounds`: campaigns pair every rank with every other (groups with host mates).
-  LinkProber(int rank, int n, bool all_rounds);
+  // `all_rounds`: campaigns run every round of the pairing (groups with host mates). `host_of`:
+  // the ranks' hosts (ProbePairing: host to host where ranks share hosts among several).
+  LinkProber(int rank, int n, bool all_rounds, const std::vector<int>& host_of = {});
 
   // Every link, now (collective): 5 repetitions of 1 MiB transfers.
   std::vector<LinkModel> probe_now(Executor& ex, const InternalSpec& spec,
@@ -65,6 +69,7 @@ class LinkProber {
   const int rank_;
   const int n_;
   const bool all_rounds_;
+  const ProbePairing pairing_;
   bool active_ = false;
   size_t elems_ = 0;  // floats per probe message
   std::vector<Slice> slices_;

@@ -24,6 +24,7 @@ Session::Session(Rendezvous& rdv, SessionOptions options)
     PlannerConfig config = PlannerConfig::from(opt_.settings);
     if (transport_->over_network()) config.pipeline_bytes = opt_.settings.tcp_pipeline_bytes;
     config.link = opt_.settings.initial_link_model(transport_->over_network());
+    config.host_of = host_of_;  // ranks sharing hosts among several: two-level plans and model
     planner_ = std::make_unique<Planner>(opt_.size, std::move(config));
     for (const auto& note : planner_->notes()) log_info(prefix() + ": " + note);
     if (planner_->dynamic() && transport_->arrival_board() == nullptr) {

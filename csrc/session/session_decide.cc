@@ -28,7 +28,7 @@ int Session::call_straggler(const CollectiveSpec& spec, size_t bytes, AllreduceC
     last_straggler_.store(s);
     return s;
   }
-  if (planner_->profiled()) return profiler_->straggler();
+  if (planner_->profiled()) return profiler_->next_call_mode(nullptr).straggler;
   return planner_->straggler().rank;
 }
 
@@ -53,7 +53,9 @@ Session::CallDecision Session::decide_call(const CollectiveSpec& spec, Allreduce
   const double delay = planner_->dynamic()    ? record.window_s
                        : planner_->profiled() ? profiler_->straggler_delay_s()
                                               : 0.0;
-  const PlanChoice choice = planner_->choose(call.numel * elem, straggler, delay);
+  CallMode mode;  // the plan check's mode for this call (a trial's arm, or its verdict)
+  profiler_->next_call_mode(&mode);
+  const PlanChoice choice = planner_->choose(call.numel * elem, straggler, delay, true, mode);
   CallDecision decision;
   decision.oneshot = oneshot_fits(choice, call.numel * elem);
   if (decision.oneshot) {
@@ -69,7 +71,9 @@ Session::CallDecision Session::decide_call(const CollectiveSpec& spec, Allreduce
     }
     record.schedule_name = last_schedule_name_;
     record.straggler = choice.straggler;
-    record.predicted_s = choice.predicted_s;
+    record.predicted_s = choice.post_arrival_s;
+    record.plan_algorithm = choice.algorithm;
+    record.plan_by_host = choice.by_host;
     decision.schedule =
         planner_->lower(opt_.rank, choice, call.numel, elem, transport_->supports_recv_limit());
   }
@@ -83,7 +87,12 @@ PlanChoice Session::decide_external(const ExternalCall& call) const {
                         : planner_->dynamic() ? -1
                                               : planner_->straggler().rank;
   const double delay = planner_->profiled() ? profiler_->straggler_delay_s() : 0.0;
-  return planner_->choose(call.numel * dtype_size(call.dtype), straggler, delay, /*host=*/false);
+  CallMode mode;
+  const PlanMode m = profiler_->plan_mode();
+  mode.degraded = m.degraded;
+  mode.flat = m.flat;
+  return planner_->choose(call.numel * dtype_size(call.dtype), straggler, delay, /*host=*/false,
+                          mode);
 }
 
 std::chrono::microseconds Session::dynamic_window_for(size_t bytes) const {

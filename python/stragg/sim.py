@@ -68,12 +68,17 @@ def simulate(
     hop_delay: float = 0.0,
     reconfig_delay: float = 0.0,
     reconfigure: Sequence[bool] | None = None,
+    host_of: Sequence[int] | None = None,
+    local_alpha: float = 0.0,
+    local_beta: float = 0.0,
 ) -> SimResult:
     """Completion time of ``schedule`` for a buffer of ``nbytes`` bytes.
 
     ``straggler_delay`` delays the schedule's straggler (or ``straggler``) by that much; ``arrival``
     gives every rank's arrival time explicitly. ``slowdown`` overrides the schedule's per-rank
-    link slowdown factors.
+    link slowdown factors. ``host_of`` (every rank's host) switches to the two-level model: the
+    ranks of a host share its NIC (``alpha``, ``beta``), host mates talk at ``local_alpha`` and
+    ``local_beta`` (lockstep only).
     """
     core = schedule.core if isinstance(schedule, Schedule) else schedule
     n = core.n
@@ -103,6 +108,9 @@ def simulate(
         float(hop_delay),
         float(reconfig_delay),
         list(reconfigure) if reconfigure is not None else [],
+        [int(h) for h in host_of] if host_of is not None else [],
+        float(local_alpha),
+        float(local_beta),
     )
     return SimResult(
         time=d["time"],

@@ -2,6 +2,8 @@
 // per-link matrix says about each rank (degraded links).
 #include <gtest/gtest.h>
 
+#include <map>
+
 #include <cmath>
 #include <set>
 #include <vector>
@@ -119,6 +121,54 @@ TEST(LinkProbe, DirectedPlansMirrorEachOther) {
   EXPECT_THROW(link_probe_schedule(4, 0, 0, 0, 2, 0, ProbeShape::kOne), Error);
   EXPECT_THROW(link_probe_schedule(4, 0, 3, 0, 2, 3, ProbeShape::kOne), Error);
   EXPECT_THROW(link_probe_schedule(4, 0, 0, 5, 2, 3, ProbeShape::kOne), Error);
+}
+
+TEST(LinkProbe, HostsWithSeveralRanksAreProbedHostToHost) {
+  const std::vector<int> host_of = {0, 0, 1, 1, 2, 2, 3, 3};
+  const ProbePairing p(8, host_of);
+  ASSERT_TRUE(p.by_host());
+  ASSERT_EQ(p.rounds(), probe_rounds(4) + 1);
+  std::map<std::pair<int, int>, int> met;
+  for (int round = 0; round + 1 < p.rounds(); ++round) {
+    for (int r = 0; r < 8; ++r) {
+      const int q = p.partner(round, r);
+      if (r % 2 == 1) {
+        EXPECT_EQ(q, -1) << "only a host's first rank probes the network";
+        continue;
+      }
+      ASSERT_GE(q, 0);
+      EXPECT_EQ(q % 2, 0);
+      EXPECT_EQ(p.partner(round, q), r);
+      EXPECT_NE(p.sends(round, 0, r), p.sends(round, 0, q));
+      ++met[{std::min(r, q), std::max(r, q)}];
+    }
+  }
+  EXPECT_EQ(met.size(), 6u);  // every pair of hosts, once (counted from both ends)
+  for (const auto& [pair, count] : met) EXPECT_EQ(count, 2) << pair.first << "," << pair.second;
+  // The last round: each host's shared-memory link.
+  const int last = p.rounds() - 1;
+  for (int r = 0; r < 8; ++r) EXPECT_EQ(p.partner(last, r), r ^ 1);
+  // The measured links become the n x n matrix: hosts' first ranks stand for their hosts.
+  std::vector<LinkModel> m(64, LinkModel{-1, -1});
+  m[0 * 8 + 2] = {1e-4, 2e-8};  // host 0 -> host 1
+  m[0 * 8 + 1] = {1e-5, 3e-10};  // host 0's shared memory
+  m[1 * 8 + 0] = {2e-5, 4e-10};
+  const std::vector<LinkModel> e = p.expand(m);
+  EXPECT_DOUBLE_EQ(e[1 * 8 + 3].beta_s_per_byte, 2e-8);  // rank 1 -> rank 3: host 0 -> host 1
+  EXPECT_DOUBLE_EQ(e[0 * 8 + 1].alpha_s, 1e-5);
+  EXPECT_DOUBLE_EQ(e[1 * 8 + 0].alpha_s, 2e-5);
+  EXPECT_LT(e[2 * 8 + 0].alpha_s, 0);  // host 1 -> host 0 not measured
+  EXPECT_LT(e[3 * 8 + 3].alpha_s, 0);
+  // One rank per host, or one host: every rank pair, as before.
+  for (const std::vector<int>& flat : {std::vector<int>{0, 1, 2, 3}, std::vector<int>{0, 0, 0, 0},
+                                       std::vector<int>{}}) {
+    const ProbePairing q(4, flat);
+    EXPECT_FALSE(q.by_host());
+    EXPECT_EQ(q.rounds(), probe_rounds(4));
+    for (int round = 0; round < q.rounds(); ++round)
+      for (int r = 0; r < 4; ++r) EXPECT_EQ(q.partner(round, r), probe_partner(4, round, r));
+  }
+  EXPECT_THROW(ProbePairing(4, {0, 0, 2, 2}), Error);
 }
 
 TEST(LinkProbe, EstimateLinkRecoversAlphaBeta) {

@@ -1,6 +1,10 @@
-// The measured check of the planner's moves (plan/plan_check.h): a move that makes the calls
-// slower than before it is undone and not tried again for a while.
+// The measured check of the planner's moves (plan/plan_check.h): a move is a trial on the same
+// calls as what it would replace (and the baseline); the fastest arm runs, a losing move is not
+// tried again for a while.
 #include <gtest/gtest.h>
+
+#include <functional>
+#include <map>
 
 #include "plan/plan_check.h"
 
@@ -19,118 +23,289 @@ PlanMode degraded(int rank, double factor) {
   return m;
 }
 
+// The calls of the trial `c` is about to run, each taking time(mode of its arm, call index).
+std::vector<CheckedCall> trial(const PlanCheck& c,
+                               const std::function<double(const PlanMode&, size_t)>& time,
+                               int64_t bytes = 1 << 20) {
+  std::vector<CheckedCall> calls;
+  for (size_t i = 0; i < c.trial_calls(); ++i) {
+    CheckedCall k;
+    k.arm = c.arm_of(i);
+    k.bytes = bytes;
+    k.critical_s = time(c.arm_mode(k.arm), i);
+    calls.push_back(k);
+  }
+  return calls;
+}
+
+// Per mode description, a fixed time per call.
+std::function<double(const PlanMode&, size_t)> times(std::map<std::string, double> t) {
+  return [t](const PlanMode& m, size_t) { return t.at(m.describe()); };
+}
+
+const std::vector<CheckedCall> kNone;
+
 TEST(PlanCheck, AMoveThatPaysIsKept) {
   PlanCheck c;
-  EXPECT_EQ(c.update(PlanMode{}, 0.60, 1, 16).straggler, -1);
-  EXPECT_EQ(c.update(straggler(7), 0.60, 2, 32).straggler, 7);  // tried
-  EXPECT_TRUE(c.in_trial());
-  EXPECT_EQ(c.update(straggler(7), 0.52, 3, 48).straggler, 7);  // faster: kept
+  EXPECT_EQ(c.update(PlanMode{}, kNone, 1, 16).straggler, -1);
+  EXPECT_FALSE(c.in_trial());
+  // Rank 7 proposed: the next batch is a trial of it against the plain plan, 4 calls each.
+  EXPECT_EQ(c.update(straggler(7), kNone, 2, 32).straggler, -1);
+  ASSERT_TRUE(c.in_trial());
+  ASSERT_EQ(c.arms().size(), 2u);
+  EXPECT_EQ(c.arm_mode(0).describe(), "straggler 7");
+  EXPECT_EQ(c.arm_mode(1).describe(), "plain");
+  EXPECT_EQ(c.trial_calls(), 8u);
+  const auto calls = trial(c, times({{"straggler 7", 0.52}, {"plain", 0.60}}));
+  EXPECT_EQ(c.update(straggler(7), calls, 3, 40).straggler, 7);  // faster: kept
   EXPECT_FALSE(c.in_trial());
   ASSERT_EQ(c.records().size(), 1u);
   const PlanCheckRecord r = c.records()[0];
   EXPECT_TRUE(r.kept);
   EXPECT_EQ(r.change, "straggler 7");
-  EXPECT_EQ(r.call, 48u);
+  EXPECT_EQ(r.chosen, "straggler 7");
+  EXPECT_EQ(r.call, 40u);
   EXPECT_DOUBLE_EQ(r.period_s, 0.52);
   EXPECT_DOUBLE_EQ(r.baseline_s, 0.60);
-  EXPECT_EQ(c.update(straggler(7), 0.70, 4, 64).straggler, 7);  // no longer on trial
+  ASSERT_EQ(r.arms.size(), 2u);
+  EXPECT_EQ(r.arms[0].calls, 4u);
+  EXPECT_EQ(r.arms[1].calls, 4u);
+  EXPECT_EQ(c.update(straggler(7), kNone, 4, 56).straggler, 7);  // no new trial
+  EXPECT_FALSE(c.in_trial());
 }
 
 TEST(PlanCheck, AMoveThatMakesTheCallsSlowerIsUndoneAndBacksOff) {
   PlanCheck c;
-  c.update(PlanMode{}, 0.60, 1, 16);
-  EXPECT_EQ(c.update(straggler(7), 0.60, 2, 32).straggler, 7);
-  EXPECT_EQ(c.update(straggler(7), 0.65, 3, 48).straggler, -1);  // slower: undone
+  c.update(PlanMode{}, kNone, 1, 16);
+  c.update(straggler(7), kNone, 2, 32);
+  const auto slower = times({{"straggler 7", 0.65}, {"plain", 0.60}});
+  EXPECT_EQ(c.update(straggler(7), trial(c, slower), 3, 40).straggler, -1);  // undone
   ASSERT_EQ(c.records().size(), 1u);
   EXPECT_FALSE(c.records()[0].kept);
+  EXPECT_EQ(c.records()[0].chosen, "plain");
   // The profiler still proposes rank 7: vetoed for 4 exchanges (3..6), tried again at 7.
-  for (uint64_t e = 4; e < 7; ++e) EXPECT_EQ(c.update(straggler(7), 0.60, e, 16 * e).straggler, -1);
-  EXPECT_EQ(c.update(straggler(7), 0.60, 7, 112).straggler, 7);
+  for (uint64_t e = 4; e < 7; ++e) {
+    EXPECT_EQ(c.update(straggler(7), kNone, e, 16 * e).straggler, -1);
+    EXPECT_FALSE(c.in_trial());
+  }
+  c.update(straggler(7), kNone, 7, 112);
+  ASSERT_TRUE(c.in_trial());
   // Slower again: the veto doubles (8 exchanges from 8).
-  EXPECT_EQ(c.update(straggler(7), 0.61, 8, 128).straggler, -1);
-  for (uint64_t e = 9; e < 16; ++e) EXPECT_EQ(c.update(straggler(7), 0.60, e, 16 * e).straggler, -1);
-  EXPECT_EQ(c.update(straggler(7), 0.60, 16, 256).straggler, 7);
+  EXPECT_EQ(c.update(straggler(7), trial(c, slower), 8, 120).straggler, -1);
+  for (uint64_t e = 9; e < 16; ++e) {
+    c.update(straggler(7), kNone, e, 16 * e);
+    EXPECT_FALSE(c.in_trial()) << e;
+  }
+  c.update(straggler(7), kNone, 16, 256);
+  EXPECT_TRUE(c.in_trial());
   EXPECT_EQ(c.records().size(), 2u);
   // Another straggler is not covered by the veto on rank 7.
   PlanCheck d;
-  d.update(PlanMode{}, 0.60, 1, 16);
-  d.update(straggler(7), 0.60, 2, 32);
-  d.update(straggler(7), 0.65, 3, 48);
-  EXPECT_EQ(d.update(straggler(2), 0.60, 4, 64).straggler, 2);
+  d.update(straggler(7), kNone, 2, 32);
+  d.update(straggler(7), trial(d, slower), 3, 40);
+  d.update(straggler(2), kNone, 4, 64);
+  EXPECT_TRUE(d.in_trial());
+  EXPECT_EQ(d.arm_mode(0).describe(), "straggler 2");
 }
 
-TEST(PlanCheck, MovesBackToThePlainPlanAndUnknownTimesNeedNoTrial) {
+TEST(PlanCheck, WithinTheToleranceTheProposalWins) {
   PlanCheck c;
-  c.update(PlanMode{}, 0.60, 1, 16);
-  c.update(straggler(3), 0.60, 2, 32);
-  c.update(straggler(3), 0.50, 3, 48);  // kept
-  EXPECT_TRUE(c.update(PlanMode{}, 0.50, 4, 64).plain());
-  EXPECT_FALSE(c.in_trial());
-  EXPECT_EQ(c.update(straggler(3), -1, 5, 80).straggler, 3);  // no time measured: no trial
+  c.update(straggler(3), kNone, 1, 16);
+  c.update(straggler(3), trial(c, times({{"straggler 3", 0.605}, {"plain", 0.600}})), 2, 24);
+  EXPECT_EQ(c.current().straggler, 3);
+  EXPECT_TRUE(c.records().back().kept);
+}
+
+TEST(PlanCheck, MovesBackToTheBaselineNeedNoTrial) {
+  PlanCheck c;
+  c.update(straggler(3), kNone, 1, 16);
+  c.update(straggler(3), trial(c, times({{"straggler 3", 0.5}, {"plain", 0.6}})), 2, 24);
+  EXPECT_EQ(c.current().straggler, 3);
+  EXPECT_TRUE(c.update(PlanMode{}, kNone, 3, 40).plain());
   EXPECT_FALSE(c.in_trial());
   EXPECT_EQ(c.records().size(), 1u);
 }
 
+TEST(PlanCheck, ATrialWhoseProposalNeverRanChangesNothing) {
+  PlanCheck c;
+  c.update(straggler(3), kNone, 1, 16);
+  std::vector<CheckedCall> calls = trial(c, times({{"straggler 3", 0.5}, {"plain", 0.6}}));
+  calls.resize(1);  // the batch was cut after the first call (arm 0 of the Thue-Morse order: 0)
+  calls[0].arm = 1;
+  EXPECT_EQ(c.update(straggler(3), calls, 2, 17).straggler, -1);
+  EXPECT_EQ(c.records().size(), 0u);
+  EXPECT_TRUE(c.in_trial());  // proposed again: a new trial
+}
+
 TEST(PlanCheck, DegradedRanksAreCheckedLikeAStraggler) {
   PlanCheck c;
-  c.update(PlanMode{}, 0.90, 1, 16);
-  EXPECT_EQ(c.update(degraded(5, 2.0), 0.90, 2, 32).degraded.size(), 1u);
-  // A new factor for the same rank is no new move: it follows the probe without a trial.
-  EXPECT_EQ(c.update(degraded(5, 1.95), 0.95, 3, 48).degraded.size(), 0u);  // slower: undone
+  c.update(degraded(5, 2.0), kNone, 1, 16);
+  ASSERT_TRUE(c.in_trial());
+  EXPECT_EQ(c.update(degraded(5, 1.95),
+                     trial(c, times({{"degraded 5 (l = 2)", 0.95}, {"plain", 0.90}})), 2, 24)
+                .degraded.size(),
+            0u);  // slower: undone
   EXPECT_EQ(c.records().back().change, "degraded 5 (l = 2)");
-  EXPECT_TRUE(c.update(degraded(5, 1.95), 0.90, 4, 64).degraded.empty());  // vetoed
+  EXPECT_TRUE(c.update(degraded(5, 1.95), kNone, 3, 40).degraded.empty());  // vetoed
+  EXPECT_FALSE(c.in_trial());
+  // A new factor for a kept rank is no new move: it follows the probe without a trial.
   PlanCheck d;
-  d.update(PlanMode{}, 0.90, 1, 16);
-  d.update(degraded(5, 2.0), 0.90, 2, 32);
-  d.update(degraded(5, 2.0), 0.60, 3, 48);  // kept
-  const PlanMode& m = d.update(degraded(5, 1.95), 0.61, 4, 64);
+  d.update(degraded(5, 2.0), kNone, 1, 16);
+  d.update(degraded(5, 2.0), trial(d, times({{"degraded 5 (l = 2)", 0.6}, {"plain", 0.9}})), 2,
+           24);
+  const PlanMode& m = d.update(degraded(5, 1.95), kNone, 3, 40);
   ASSERT_EQ(m.degraded.size(), 1u);
   EXPECT_DOUBLE_EQ(m.degraded[0].factor, 1.95);
   EXPECT_FALSE(d.in_trial());
 }
 
-TEST(PlanCheck, BothAtOnceAreUndoneTogether) {
+TEST(PlanCheck, AStragglerAndDegradedRanksTogetherAreMeasuredEachAlone) {
+  // Which detector fired first does not decide: the straggler was adopted (kept), then a probe
+  // found a slow host; the trial measures both together, each alone and the plain plan.
   PlanCheck c;
-  c.update(PlanMode{}, 0.90, 1, 16);
+  c.update(straggler(7), kNone, 1, 16);
+  c.update(straggler(7), trial(c, times({{"straggler 7", 0.9}, {"plain", 1.0}})), 2, 24);
+  ASSERT_EQ(c.current().straggler, 7);
   PlanMode both = straggler(7);
   both.degraded = {{5, 2.0}};
-  EXPECT_EQ(c.update(both, 0.90, 2, 32).describe(), "straggler 7, degraded 5 (l = 2)");
-  EXPECT_TRUE(c.update(both, 0.95, 3, 48).plain());
-  // Each part alone is vetoed as well.
-  EXPECT_TRUE(c.update(straggler(7), 0.90, 4, 64).plain());
-  EXPECT_TRUE(c.update(degraded(5, 2.0), 0.90, 5, 80).plain());
+  c.update(both, kNone, 3, 40);
+  ASSERT_TRUE(c.in_trial());
+  ASSERT_EQ(c.arms().size(), 4u);
+  EXPECT_EQ(c.arm_mode(0).describe(), "straggler 7, degraded 5 (l = 2)");
+  EXPECT_EQ(c.arm_mode(1).describe(), "straggler 7");
+  EXPECT_EQ(c.arm_mode(2).describe(), "plain");
+  EXPECT_EQ(c.arm_mode(3).describe(), "degraded 5 (l = 2)");
+  EXPECT_EQ(c.trial_calls(), 16u);
+  const auto t = times({{"straggler 7, degraded 5 (l = 2)", 0.85},
+                        {"straggler 7", 0.9},
+                        {"plain", 1.0},
+                        {"degraded 5 (l = 2)", 0.7}});
+  EXPECT_EQ(c.update(both, trial(c, t), 4, 56).describe(), "degraded 5 (l = 2)");
+  EXPECT_FALSE(c.records().back().kept);
+  // The straggler, which the winner lacks, is vetoed; the degraded rank passed.
+  EXPECT_EQ(c.update(both, kNone, 5, 72).describe(), "degraded 5 (l = 2)");
+  EXPECT_FALSE(c.in_trial());
 }
 
 TEST(PlanCheck, AFailedLargerSetGoesBackToTheSetThatPassed) {
   // 16 hosts, host 5 at half rate: OptCC for rank 5 paid; a later probe also named 6 and 12,
   // which made the calls slower. Undone, the group runs OptCC for rank 5 again, not Ring.
   PlanCheck c;
-  c.update(PlanMode{}, 2.2, 1, 16);
-  c.update(degraded(5, 1.9), 2.2, 2, 32);
-  c.update(degraded(5, 1.9), 1.74, 3, 48);  // kept
+  c.update(degraded(5, 1.9), kNone, 1, 16);
+  c.update(degraded(5, 1.9), trial(c, times({{"degraded 5 (l = 1.9)", 1.74}, {"plain", 2.2}})),
+           2, 24);
   PlanMode three;
   three.degraded = {{5, 1.9}, {6, 1.1}, {12, 1.07}};
-  EXPECT_EQ(c.update(three, 1.74, 4, 64).degraded.size(), 3u);  // tried
-  const PlanMode& back = c.update(three, 2.1, 5, 80);            // slower: undone
-  EXPECT_EQ(back.describe(), "degraded 5 (l = 1.9)");
+  c.update(three, kNone, 3, 40);
+  ASSERT_TRUE(c.in_trial());
+  const auto t = [](const PlanMode& m, size_t) {
+    return m.degraded.size() == 3 ? 2.1 : m.degraded.size() == 1 ? 1.74 : 2.2;
+  };
+  EXPECT_EQ(c.update(three, trial(c, t), 4, 52).describe(), "degraded 5 (l = 1.9)");
   EXPECT_FALSE(c.records().back().kept);
   // While the larger set is vetoed, the probes' proposal keeps rank 5 at its latest factor.
   three.degraded[0].factor = 1.95;
-  const PlanMode& still = c.update(three, 1.74, 6, 96);
-  EXPECT_EQ(still.describe(), "degraded 5 (l = 1.95)");
+  EXPECT_EQ(c.update(three, kNone, 5, 68).describe(), "degraded 5 (l = 1.95)");
   EXPECT_FALSE(c.in_trial());
-  // With a straggler: the failed degraded set goes back to the mode before it.
-  PlanCheck d;
-  PlanMode both = straggler(7);
-  both.degraded = {{5, 2.05}};
-  d.update(PlanMode{}, 2.3, 1, 16);
-  d.update(both, 2.3, 2, 32);
-  d.update(both, 2.1, 3, 48);  // kept
-  PlanMode more = both;
-  more.degraded.push_back({10, 1.15});
-  d.update(more, 2.1, 4, 64);
-  EXPECT_EQ(d.update(more, 2.4, 5, 80).describe(), "straggler 7, degraded 5 (l = 2.05)");
-  EXPECT_EQ(d.update(more, 2.1, 6, 96).describe(), "straggler 7, degraded 5 (l = 2.05)");
+}
+
+TEST(PlanCheck, HostLevelPlansAreCheckedAgainstTheFlatBaseline) {
+  PlanCheck c(/*flat_baseline=*/true);
+  EXPECT_EQ(c.current().describe(), "flat");
+  EXPECT_EQ(c.baseline().describe(), "flat");
+  c.update(PlanMode{}, kNone, 1, 4);  // the model's choice (host-level allowed) proposed
+  ASSERT_TRUE(c.in_trial());
+  EXPECT_EQ(c.arm_mode(0).describe(), "plain");
+  EXPECT_EQ(c.arm_mode(1).describe(), "flat");
+  EXPECT_TRUE(c.update(PlanMode{}, trial(c, times({{"plain", 0.7}, {"flat", 0.6}})), 2, 12).flat);
+  // Host-level plans are vetoed: a straggler is now tried with flat plans only.
+  c.update(straggler(3), kNone, 3, 28);
+  ASSERT_TRUE(c.in_trial());
+  EXPECT_EQ(c.arm_mode(0).describe(), "straggler 3, flat");
+  // Kept when faster.
+  PlanCheck d(true);
+  d.update(PlanMode{}, kNone, 1, 4);
+  EXPECT_FALSE(d.update(PlanMode{}, trial(d, times({{"plain", 0.5}, {"flat", 0.6}})), 2, 12).flat);
+  EXPECT_TRUE(d.records().back().kept);
+}
+
+TEST(PlanCheck, ArmsAreScoredPerCallSize) {
+  // A job with two buckets per step: 8 MiB calls take 1 s, 1 MiB calls 0.1 s on the plain plan
+  // and 0.9 / 0.09 s with the straggler's. Per size, the straggler's arm is faster, whichever
+  // sizes the Thue-Morse order gave each arm.
+  PlanCheck c;
+  c.update(straggler(1), kNone, 1, 16);
+  std::vector<CheckedCall> calls;
+  for (size_t i = 0; i < c.trial_calls(); ++i) {
+    CheckedCall k;
+    k.arm = c.arm_of(i);
+    k.bytes = i % 2 ? 1 << 20 : 8 << 20;
+    const double base = i % 2 ? 0.1 : 1.0;
+    k.critical_s = c.arm_mode(k.arm).straggler == 1 ? 0.9 * base : base;
+    calls.push_back(k);
+  }
+  EXPECT_EQ(c.update(straggler(1), calls, 2, 24).straggler, 1);
+  const PlanCheckRecord r = c.records().back();
+  EXPECT_NEAR(r.arms[0].score_s, 0.9 * 0.55, 1e-12);
+  EXPECT_NEAR(r.arms[1].score_s, 0.55, 1e-12);
+}
+
+TEST(PlanCheck, TheThueMorseOrderGivesEveryArmItsShare) {
+  for (size_t arms : {2u, 3u, 4u}) {
+    PlanCheck c;
+    PlanMode p = straggler(7);  // 2 arms: it and plain
+    if (arms == 4) p.degraded = {{5, 2.0}};  // both, plain, each alone
+    if (arms == 3) {  // the straggler kept, then the degraded rank instead: it, the straggler, plain
+      c.update(straggler(7), kNone, 1, 16);
+      c.update(straggler(7), trial(c, times({{"straggler 7", 0.5}, {"plain", 0.6}})), 2, 24);
+      p = degraded(5, 2.0);
+    }
+    c.update(p, kNone, 3, 40);
+    ASSERT_TRUE(c.in_trial());
+    std::map<int, int> n;
+    for (size_t i = 0; i < c.trial_calls(); ++i) ++n[c.arm_of(i)];
+    for (const auto& [arm, count] : n) {
+      EXPECT_EQ(count, static_cast<int>(PlanCheck::kCallsPerArm)) << arms << " arms, arm " << arm;
+    }
+    EXPECT_EQ(n.size(), c.arms().size());
+  }
+}
+
+TEST(PlanCheck, TrialsMeasureTheCostModelPerFamily) {
+  PlanCheck c;
+  c.update(straggler(7), kNone, 1, 16);
+  std::vector<CheckedCall> calls = trial(c, times({{"straggler 7", 0.6}, {"plain", 0.5}}));
+  for (CheckedCall& k : calls) {
+    const bool s = c.arm_mode(k.arm).straggler == 7;
+    k.family = {s ? Algorithm::StragglarDirect : Algorithm::Ring, false};
+    k.predicted_s = s ? 0.4 : 0.5;  // StragglAR-direct took 1.5x its prediction
+  }
+  c.update(straggler(7), calls, 2, 24);
+  const PlanFamily direct{Algorithm::StragglarDirect, false}, ring{Algorithm::Ring, false};
+  ASSERT_EQ(c.corrections().count(direct), 1u);
+  EXPECT_DOUBLE_EQ(c.corrections().at(direct), 1.5);
+  EXPECT_DOUBLE_EQ(c.corrections().at(ring), 1.0);
+  ASSERT_EQ(c.new_model_errors().size(), 1u);  // off by more than 15%: reported, once
+  EXPECT_EQ(c.new_model_errors()[0].family.describe(), "stragglar_direct");
+  EXPECT_DOUBLE_EQ(c.new_model_errors()[0].ratio, 1.5);
+  c.update(straggler(7), kNone, 3, 40);
+  EXPECT_TRUE(c.new_model_errors().empty());
+  c.reset_corrections();
+  EXPECT_TRUE(c.corrections().empty());
+}
+
+TEST(PlanCheck, ARecheckTriesTheRunningModeAgainstTheBaseline) {
+  PlanCheck c;
+  c.update(straggler(7), kNone, 1, 16);
+  c.update(straggler(7), trial(c, times({{"straggler 7", 0.5}, {"plain", 0.6}})), 2, 24);
+  c.recheck();
+  c.update(straggler(7), kNone, 3, 40);
+  ASSERT_TRUE(c.in_trial());
+  EXPECT_EQ(c.arm_mode(0).describe(), "straggler 7");
+  EXPECT_EQ(c.arm_mode(1).describe(), "plain");
+  EXPECT_EQ(c.update(straggler(7), trial(c, times({{"straggler 7", 0.7}, {"plain", 0.6}})), 4, 48)
+                .straggler,
+            -1);
 }
 
 }  // namespace

@@ -8,6 +8,7 @@
 #include "common/error.h"
 #include "core/generators.h"
 #include "plan/planner.h"
+#include "runtime/lowered_schedule.h"
 
 namespace stragg {
 namespace {
@@ -322,6 +323,150 @@ TEST(Planner, LateAndSlowRankGetsTheBetterOfStragglarAndOptcc) {
     EXPECT_LE(c.predicted_s, p.predict(ring, bytes, 3, delay) * (1 + 1e-9)) << delay;
   }
   EXPECT_EQ(p.choose(bytes, 3, 0.0).algorithm, Algorithm::Optcc);
+}
+
+// 4 hosts x 2 ranks on 300 Mbit/s NICs, shared memory between host mates (what the mixed
+// transport gives a torchrun --nnodes 4 --nproc-per-node 2 job).
+PlannerConfig hosts_config(int hosts, int per_host, HostLevelPolicy policy = HostLevelPolicy::Auto) {
+  PlannerConfig c = auto_config(Straggler::profiled());
+  c.pipeline_bytes = 64 << 10;
+  for (int h = 0; h < hosts; ++h)
+    for (int j = 0; j < per_host; ++j) c.host_of.push_back(h);
+  c.host_level = policy;
+  c.local_link = link(10e-6, 1.0 / 3e9);
+  c.link = link(60e-6, 8.0 / 300e6);
+  return c;
+}
+
+TEST(Planner, HostsWithSeveralRanksGetHostLevelPlans) {
+  const size_t bytes = 10u << 20;
+  Planner p(8, hosts_config(4, 2));
+  EXPECT_TRUE(p.two_level());
+  EXPECT_TRUE(p.host_level_possible());
+  const PlanChoice healthy = p.choose(bytes, kNoStraggler, 0, true, CallMode{});
+  EXPECT_EQ(healthy.describe(), "host:ring");
+  PlanChoice flat_ring;
+  EXPECT_LT(p.predict(healthy, bytes), 0.9 * p.predict(flat_ring, bytes));
+  // The flat mode and STRAGG_HOST_LEVEL=off keep to flat plans; in the two-level model RHD,
+  // whose first step pairs host mates, carries what the host-level Ring does across the NIC.
+  CallMode flat;
+  flat.flat = true;
+  EXPECT_EQ(p.choose(bytes, kNoStraggler, 0, true, flat).describe(), "rhd");
+  Planner off(8, hosts_config(4, 2, HostLevelPolicy::Off));
+  EXPECT_FALSE(off.host_level_possible());
+  EXPECT_TRUE(off.two_level());
+  EXPECT_FALSE(off.choose(bytes, kNoStraggler).by_host);
+  // The plan check's baseline: flat plans under the one-level model, what ran before.
+  CallMode baseline = flat;
+  baseline.one_level = true;
+  baseline.corrected = false;
+  EXPECT_EQ(p.choose(bytes, kNoStraggler, 0, true, baseline).describe(), "ring");
+  // The GPU executor keeps to flat plans.
+  EXPECT_FALSE(p.choose(bytes, kNoStraggler, 0, /*host=*/false, CallMode{}).by_host);
+  // One rank per host, or one host: nothing changes.
+  PlannerConfig alone = hosts_config(8, 1);
+  Planner tcp(8, alone);
+  EXPECT_FALSE(tcp.two_level());
+  EXPECT_EQ(tcp.choose(bytes, kNoStraggler).describe(), "ring");
+  Planner shm(8, hosts_config(1, 8));
+  EXPECT_FALSE(shm.two_level());
+  EXPECT_FALSE(shm.choose(bytes, kNoStraggler).by_host);
+}
+
+TEST(Planner, ALateRankOnAHostWithMatesGetsHostLevelStragglarDirect) {
+  // Rank 6 is D = (P-1)/P u late. Flat StragglAR-direct would all-gather through every host
+  // mate's NIC share: the two-level model has it slower than Ring (what ran, 0.69x Ring, before).
+  const size_t bytes = 10u << 20;
+  const double u = bytes * 8.0 / 300e6, delay = 0.75 * u;
+  Planner p(8, hosts_config(4, 2));
+  const PlanChoice c = p.choose(bytes, 6, delay, true, CallMode{});
+  EXPECT_TRUE(c.by_host) << c.describe();
+  EXPECT_EQ(c.algorithm, Algorithm::StragglarDirect) << c.describe();
+  EXPECT_EQ(c.straggler, 6);
+  PlanChoice flat_direct;
+  flat_direct.algorithm = Algorithm::StragglarDirect;
+  flat_direct.straggler = 6;
+  flat_direct.segments = c.segments;
+  PlanChoice ring;
+  EXPECT_GT(p.predict(flat_direct, bytes, 6, delay), p.predict(ring, bytes, 6, delay));
+  // After the arrival it takes about u (every result depends on rank 6's data): D + u + the
+  // shared-memory steps, within 15% of the bound.
+  EXPECT_LT(c.post_arrival_s, 1.15 * u);
+  EXPECT_GT(c.post_arrival_s, u);
+  EXPECT_EQ(c.describe(), "host:stragglar_direct(6,k=" + std::to_string(c.segments) + ")");
+}
+
+TEST(Planner, ASlowHostGetsOptccAndEveryCandidateIsModelledOnTheMeasuredNetwork) {
+  const size_t bytes = 10u << 20;
+  Planner p(8, hosts_config(4, 2));
+  NetworkModel net;
+  net.link = link(60e-6, 8.0 / 300e6);
+  net.degraded = {{2, 2.0}, {3, 2.0}};  // host 1's NIC at half rate
+  p.set_network(net);
+  CallMode mode;
+  mode.degraded = net.degraded;
+  const PlanChoice c = p.choose(bytes, kNoStraggler, 0, true, mode);
+  EXPECT_EQ(c.algorithm, Algorithm::Optcc) << c.describe();
+  PlanChoice ring;
+  EXPECT_LT(p.predict(c, bytes), 0.8 * p.predict(ring, bytes)) << c.describe();
+  // Without the degraded ranks in its mode (vetoed), no OptCC; Ring is still predicted slow.
+  const PlanChoice plain = p.choose(bytes, kNoStraggler, 0, true, CallMode{});
+  EXPECT_NE(plain.algorithm, Algorithm::Optcc);
+  EXPECT_GT(plain.post_arrival_s, 1.5 * bytes * 8.0 / 300e6);
+}
+
+TEST(Planner, MeasuredCorrectionsScaleACandidatesPrediction) {
+  const size_t bytes = 10u << 20;
+  Planner p(8, hosts_config(4, 2));
+  ASSERT_TRUE(p.choose(bytes, kNoStraggler, 0, true, CallMode{}).by_host);
+  // Host-level Ring measured 1.5x its prediction: another plan is faster after all.
+  p.set_corrections({{PlanFamily{Algorithm::Ring, true}, 1.5}});
+  const PlanChoice c = p.choose(bytes, kNoStraggler, 0, true, CallMode{});
+  EXPECT_FALSE(c.by_host) << c.describe();
+  // The raw prediction is what the record keeps (the plan check measures against it).
+  EXPECT_DOUBLE_EQ(c.post_arrival_s, p.predict(c, bytes));
+  // Uncorrected (the baseline) ignores them.
+  CallMode raw;
+  raw.corrected = false;
+  EXPECT_TRUE(p.choose(bytes, kNoStraggler, 0, true, raw).by_host);
+  EXPECT_THROW(p.set_corrections({{PlanFamily{}, 0.0}}), Error);
+}
+
+TEST(Planner, HostLevelPlansAreLoweredWithTheirTag) {
+  Planner p(8, hosts_config(4, 2));
+  const PlanChoice c = p.choose(1u << 20, kNoStraggler, 0, true, CallMode{});
+  ASSERT_TRUE(c.by_host);
+  const auto plan = p.lower(3, c, (1u << 20) / 4, 4);
+  EXPECT_EQ(plan->tag, schedule_tag(Algorithm::Ring, true));
+  EXPECT_EQ(schedule_tag_name(plan->tag), "host:ring");
+  EXPECT_FALSE(plan->steps.empty());
+}
+
+TEST(Planner, HostLevelOnRunsAnExplicitAlgorithmAcrossHosts) {
+  PlannerConfig c = hosts_config(4, 2, HostLevelPolicy::On);
+  c.algo = Algorithm::Ring;
+  c.straggler = Straggler::none();
+  Planner p(8, c);
+  EXPECT_EQ(p.choose(1u << 20, kNoStraggler).describe(), "host:ring");
+  // Auto with on: host-level candidates only, even where flat RHD would be predicted faster.
+  PlannerConfig a = hosts_config(4, 2, HostLevelPolicy::On);
+  Planner q(8, a);
+  EXPECT_TRUE(q.choose(4096, kNoStraggler, 0, true, CallMode{}).by_host);
+}
+
+TEST(Planner, UnevenHostsRunFlatPlansAndSaySo) {
+  PlannerConfig c = hosts_config(2, 2);
+  c.host_of = {0, 0, 0, 1, 1};  // 3 + 2 ranks
+  Planner p(5, c);
+  EXPECT_TRUE(p.two_level());
+  EXPECT_FALSE(p.host_level_possible());
+  ASSERT_EQ(p.notes().size(), 1u);
+  EXPECT_NE(p.notes()[0].find("hosts hold different numbers of ranks (3, 2 ranks)"),
+            std::string::npos)
+      << p.notes()[0];
+  EXPECT_FALSE(p.choose(10u << 20, kNoStraggler, 0, true, CallMode{}).by_host);
+  c.host_of = {0, 0, 1};
+  EXPECT_THROW(Planner(5, c), Error);  // names 3 ranks of 5
 }
 
 TEST(Planner, RejectsBadConfiguration) {

@@ -7,7 +7,8 @@ In order, on one process group per case:
   1. the default group (STRAGG_TRANSPORT as the test sets it): its backend_stats;
   2. per algorithm (pg_options algo=..., straggler 1): all_reduce of integer-valued float32
      (exact against the float64 reference) and of random float32 (close to it); SHA-256 digests
-     of the results for the bitwise comparison across ranks, and the algorithm that ran;
+     of the results for the bitwise comparison across ranks, and the algorithm that ran; the
+     same with host_level=on (the host-level plan of each algorithm);
   3. the dynamic straggler (agreed on the store board): exact;
   4. a numel mismatch (rank 3 passes fewer elements): the error every rank raises;
   5. rank 3 SIGKILLs itself while the others all_reduce on the default group: their errors and
@@ -33,6 +34,9 @@ import torch.distributed as dist
 import stragg
 
 ALGOS = ("ring", "rhd", "direct", "stragglar", "optcc", "stragglar_direct")
+# Host-level plans of these (STRAGG_HOST_LEVEL=on): a reduce-scatter in each host, the algorithm
+# across the two hosts, an allgather in each host.
+HOST_LEVEL_ALGOS = ("ring", "rhd", "direct", "optcc", "stragglar_direct", "stragglar")
 SIZES = (7, 300007)
 KILLED = 3
 
@@ -48,8 +52,9 @@ def write_json(path: str, obj: dict) -> None:
     os.replace(tmp, path)
 
 
-def check_algorithm(algo: str, rank: int, world: int) -> dict:
-    group = dist.new_group(backend="stragg", pg_options={"algo": algo, "straggler": 1})
+def check_algorithm(algo: str, rank: int, world: int, host_level: str = "auto") -> dict:
+    group = dist.new_group(backend="stragg", pg_options={"algo": algo, "straggler": 1,
+                                                        "host_level": host_level})
     out: dict = {"digests": [], "exact": True, "max_rel_err": 0.0}
     for numel in SIZES:
         base = torch.arange(numel, dtype=torch.float32) % 29
@@ -66,6 +71,7 @@ def check_algorithm(algo: str, rank: int, world: int) -> dict:
         out["max_rel_err"] = max(out["max_rel_err"], err)
         out["digests"].append(digest(x))
     out["ran"] = sorted({c["algorithm"] for c in stragg.recent_calls(group)})
+    out["plans"] = sorted({c["plan"] for c in stragg.recent_calls(group)})
     dist.destroy_process_group(group)
     return out
 
@@ -129,6 +135,10 @@ def main() -> None:
         for algo in ALGOS:
             result["stage"] = algo
             result.setdefault("algorithms", {})[algo] = check_algorithm(algo, rank, world)
+            write_json(out_path, result)
+        for algo in HOST_LEVEL_ALGOS:
+            result["stage"] = f"host-level {algo}"
+            result.setdefault("host_level", {})[algo] = check_algorithm(algo, rank, world, "on")
             write_json(out_path, result)
         result["stage"] = "dynamic"
         result["dynamic"] = check_dynamic(rank, world)
