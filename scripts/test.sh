@@ -84,6 +84,12 @@ if [ $cpp_status != 0 ]; then
   exit 1
 fi
 
+if [ $QUICK = 0 ] && command -v nvcc >/dev/null 2>&1; then
+  # Everything of the GPU run that needs no GPU, on the C++ lane's CUDA build (tests/gpu/README.md).
+  phase "GPU run, dry (tests/gpu/run_gpu_checks.sh --dry-run, on build/ctest)"
+  STRAGG_GPU_BUILD=build/ctest bash tests/gpu/run_gpu_checks.sh --dry-run build/gpu-dry-run
+fi
+
 phase "Python tests"
 MARK=()
 [ $QUICK = 1 ] && MARK=(-m "not slow")
