@@ -21,55 +21,6 @@ std::vector<int> straggler_ranks(int s) { return s < 0 ? std::vector<int>{} : st
 
 const std::vector<int> kHostLevel = {1};  // the host-level veto's key
 
-// Per arm, the median time after the last arrival of each call size, weighted by how often the
-// size occurs in the trial; -1 for an arm without a measured call. Sizes that some measured arm
-// lacks are left out (so every arm is scored on the same sizes); if none is common, each arm's
-// median over its calls.
-std::vector<double> arm_scores(const std::vector<CheckedCall>& calls, size_t arms,
-                               std::vector<size_t>* counts) {
-  std::map<int64_t, std::vector<std::vector<double>>> by_size;
-  counts->assign(arms, 0);
-  for (const CheckedCall& c : calls) {
-    if (c.arm < 0 || static_cast<size_t>(c.arm) >= arms || !(c.critical_s > 0) ||
-        !std::isfinite(c.critical_s)) {
-      continue;
-    }
-    auto& slot = by_size[c.bytes];
-    slot.resize(arms);
-    slot[static_cast<size_t>(c.arm)].push_back(c.critical_s);
-    ++(*counts)[static_cast<size_t>(c.arm)];
-  }
-  std::vector<double> score(arms, -1);
-  std::vector<double> weighted(arms, 0);
-  double weight = 0;
-  for (const auto& [bytes, per_arm] : by_size) {
-    bool common = true;
-    size_t total = 0;
-    for (size_t a = 0; a < arms; ++a) {
-      if ((*counts)[a] > 0 && per_arm[a].empty()) common = false;
-      total += per_arm[a].size();
-    }
-    if (!common) continue;
-    weight += static_cast<double>(total);
-    for (size_t a = 0; a < arms; ++a) {
-      if (!per_arm[a].empty()) weighted[a] += static_cast<double>(total) * median_of(per_arm[a]);
-    }
-  }
-  for (size_t a = 0; a < arms; ++a) {
-    if ((*counts)[a] == 0) continue;
-    if (weight > 0) {
-      score[a] = weighted[a] / weight;
-    } else {
-      std::vector<double> all;
-      for (const auto& [bytes, per_arm] : by_size) {
-        all.insert(all.end(), per_arm[a].begin(), per_arm[a].end());
-      }
-      score[a] = median_of(all);
-    }
-  }
-  return score;
-}
-
 }  // namespace
 
 bool PlanMode::same_as(const PlanMode& o) const {
@@ -99,9 +50,10 @@ PlanCheck::PlanCheck(bool flat_baseline) {
 int PlanCheck::arm_of(size_t i) const {
   const size_t m = arms_.size();
   if (m <= 1) return 0;
-  // Generalised Thue-Morse: the sum of i's base-m digits, modulo m.
+  // Blocks of kBlock calls; the blocks in generalised Thue-Morse order: the sum of the block
+  // index's base-m digits, modulo m.
   size_t sum = 0;
-  for (size_t x = i; x > 0; x /= m) sum += x % m;
+  for (size_t x = i / kBlock; x > 0; x /= m) sum += x % m;
   return static_cast<int>(sum % m);
 }
 
@@ -131,18 +83,23 @@ PlanMode PlanCheck::filtered(const PlanMode& proposed, uint64_t exchange) const 
   return want;
 }
 
-void PlanCheck::start_trial(const PlanMode& proposed) {
+void PlanCheck::start_trial(const PlanMode& proposed, uint64_t exchange) {
   arms_.clear();
+  baseline_arm_ = -1;
   auto add = [&](const PlanMode& m) {
     if (arms_.size() >= kMaxArms) return;
     for (const PlanMode& a : arms_) {
       if (a.same_as(m)) return;
     }
+    if (m.same_as(baseline_)) baseline_arm_ = static_cast<int>(arms_.size());
     arms_.push_back(m);
   };
   add(proposed);
   add(current_);
-  add(baseline_);
+  // The baseline, unless the running mode beat it lately (the proposal is measured against
+  // that mode, which was measured against the baseline).
+  const bool fresh = beat_baseline_ && exchange < baseline_checked_ + kBaselineFresh;
+  if (!fresh) add(baseline_);
   if (proposed.straggler >= 0 && !proposed.degraded.empty()) {
     // Which detector fired first does not decide: each alone is measured too.
     PlanMode s = proposed, d = proposed;
@@ -154,21 +111,61 @@ void PlanCheck::start_trial(const PlanMode& proposed) {
   if (arms_.size() < 2) arms_.clear();
 }
 
-void PlanCheck::learn_corrections(const std::vector<CheckedCall>& calls) {
-  std::map<PlanFamily, std::vector<double>> ratios;
-  for (const CheckedCall& c : calls) {
-    if (c.arm < 0 || !(c.critical_s > 0) || !(c.predicted_s > 0) || !std::isfinite(c.critical_s)) {
-      continue;
-    }
-    ratios[c.family].push_back(c.critical_s / c.predicted_s);
+namespace {
+
+// Per arm: costs and predictions of each call size (calls after one of the same arm; an arm
+// without such a call at some size takes all its calls of that size).
+struct Samples {
+  std::vector<double> after_same, all, predicted;
+  std::map<PlanFamily, size_t> families;
+};
+
+}  // namespace
+
+void PlanCheck::learn_corrections(const std::vector<ArmStats>& stats,
+                                  const std::vector<double>& score) {
+  // The most frequent call size of the trial, measured in every arm that ran.
+  std::map<int64_t, size_t> sizes;
+  for (const ArmStats& a : stats) {
+    for (const auto& [bytes, n] : a.calls) sizes[bytes] += n;
   }
-  for (const auto& [family, r] : ratios) {
-    if (r.size() < 2) continue;
-    const double ratio = median_of(r);
-    corrections_[family] = ratio;
-    if (std::fabs(ratio - 1.0) > kReportedError && !reported_[family]) {
-      reported_[family] = true;
-      new_errors_.push_back({family, ratio, r.size()});
+  int64_t size = -1;
+  size_t most = 0;
+  for (const auto& [bytes, n] : sizes) {
+    bool everywhere = true;
+    for (size_t a = 0; a < stats.size(); ++a) {
+      everywhere = everywhere && (score[a] < 0 || stats[a].cost.count(bytes));
+    }
+    if (everywhere && n > most) size = bytes, most = n;
+  }
+  if (size < 0) return;
+  // The reference: the baseline (its model is what the others are corrected against), else the
+  // running mode's plan once its family has a correction.
+  int ref = baseline_arm_;
+  double ref_factor = 1.0;
+  if (ref < 0 || score[static_cast<size_t>(ref)] < 0) {
+    ref = -1;
+    if (stats.size() > 1 && score[1] > 0) {
+      auto it = corrections_.find(stats[1].family.at(size));
+      if (it != corrections_.end()) ref = 1, ref_factor = it->second;
+    }
+  }
+  if (ref < 0) return;
+  const ArmStats& r = stats[static_cast<size_t>(ref)];
+  if (!(r.predicted.at(size) > 0)) return;
+  // What is not the all_reduce after the last arrival: compute, the late rank's delay, ...
+  const double rest = r.cost.at(size) - ref_factor * r.predicted.at(size);
+  if (ref == baseline_arm_) corrections_[r.family.at(size)] = 1.0;
+  for (size_t a = 0; a < stats.size(); ++a) {
+    if (static_cast<int>(a) == ref || score[a] < 0) continue;
+    const double p = stats[a].predicted.at(size);
+    if (!(p > 0)) continue;
+    const PlanFamily f = stats[a].family.at(size);
+    const double ratio = std::clamp((stats[a].cost.at(size) - rest) / p, 0.25, 4.0);
+    corrections_[f] = ratio;
+    if (std::fabs(ratio - 1.0) > kReportedError && !reported_[f]) {
+      reported_[f] = true;
+      new_errors_.push_back({f, ratio, stats[a].calls.at(size)});
     }
   }
 }
@@ -177,9 +174,54 @@ void PlanCheck::end_trial(const std::vector<CheckedCall>& calls, uint64_t exchan
                           uint64_t first_call) {
   const std::vector<PlanMode> arms = std::move(arms_);
   arms_.clear();
-  std::vector<size_t> counts;
-  const std::vector<double> score = arm_scores(calls, arms.size(), &counts);
-  learn_corrections(calls);
+  // Samples per arm and size.
+  std::vector<std::map<int64_t, Samples>> samples(arms.size());
+  for (const CheckedCall& c : calls) {
+    if (c.arm < 0 || static_cast<size_t>(c.arm) >= arms.size() || !(c.cost_s > 0) ||
+        !std::isfinite(c.cost_s)) {
+      continue;
+    }
+    Samples& s = samples[static_cast<size_t>(c.arm)][c.bytes];
+    (c.after_same_arm ? s.after_same : s.all).push_back(c.cost_s);
+    if (c.predicted_s > 0) s.predicted.push_back(c.predicted_s);
+    ++s.families[c.family];
+  }
+  std::vector<ArmStats> stats(arms.size());
+  for (size_t a = 0; a < arms.size(); ++a) {
+    for (auto& [bytes, s] : samples[a]) {
+      std::vector<double> costs = s.after_same.empty() ? s.all : s.after_same;
+      stats[a].cost[bytes] = median_of(costs);
+      stats[a].predicted[bytes] = median_of(s.predicted);
+      stats[a].calls[bytes] = s.after_same.size() + s.all.size();
+      stats[a].total += stats[a].calls[bytes];
+      auto top = std::max_element(s.families.begin(), s.families.end(),
+                                  [](const auto& x, const auto& y) { return x.second < y.second; });
+      stats[a].family[bytes] = top->first;
+    }
+  }
+  // Scores over the sizes every measured arm ran (each weighted by its calls).
+  std::vector<double> score(arms.size(), -1);
+  {
+    std::map<int64_t, size_t> weight;
+    for (const auto& st : stats) {
+      for (const auto& [bytes, n] : st.calls) weight[bytes] += n;
+    }
+    std::vector<double> sum(arms.size(), 0);
+    double total = 0;
+    for (const auto& [bytes, w] : weight) {
+      bool common = true;
+      for (const auto& st : stats) common = common && (st.total == 0 || st.cost.count(bytes));
+      if (!common) continue;
+      total += static_cast<double>(w);
+      for (size_t a = 0; a < arms.size(); ++a) {
+        if (stats[a].total > 0) sum[a] += static_cast<double>(w) * stats[a].cost.at(bytes);
+      }
+    }
+    for (size_t a = 0; a < arms.size(); ++a) {
+      if (stats[a].total > 0 && total > 0) score[a] = sum[a] / total;
+    }
+  }
+  learn_corrections(stats, score);
   if (!(score[0] > 0)) return;  // the proposal never ran (the batch was cut): nothing learnt
   size_t best = 0;
   for (size_t a = 1; a < arms.size(); ++a) {
@@ -194,7 +236,7 @@ void PlanCheck::end_trial(const std::vector<CheckedCall>& calls, uint64_t exchan
   rec.kept = best == 0;
   rec.chosen = winner.describe();
   for (size_t a = 0; a < arms.size(); ++a) {
-    rec.arms.push_back({arms[a].describe(), score[a], counts[a]});
+    rec.arms.push_back({arms[a].describe(), score[a], stats[a].total});
   }
   rec.period_s = score[0];
   rec.baseline_s = arms.size() > 1 ? score[1] : score[0];
@@ -220,6 +262,10 @@ void PlanCheck::end_trial(const std::vector<CheckedCall>& calls, uint64_t exchan
       host_veto_.failures = 0;
     }
   }
+  if (baseline_arm_ >= 0 && score[static_cast<size_t>(baseline_arm_)] > 0) {
+    beat_baseline_ = score[best] <= score[static_cast<size_t>(baseline_arm_)] * (1 + kTolerance);
+    baseline_checked_ = exchange;
+  }
   current_ = winner;
   records_.push_back(std::move(rec));
   ++total_;
@@ -235,14 +281,18 @@ const PlanMode& PlanCheck::update(const PlanMode& proposed, const std::vector<Ch
   recheck_ = false;
   if (want.same_as(current_)) {
     current_.degraded = want.degraded;  // factors follow the latest probe
-    if (recheck && !current_.same_as(baseline_)) start_trial(current_);
+    if (recheck && !current_.same_as(baseline_)) {
+      beat_baseline_ = false;  // the running mode's plan changed: measured against the baseline
+      start_trial(current_, exchange);
+    }
     return current_;
   }
   if (want.same_as(baseline_)) {
     current_ = want;  // what every other mode is measured against: no trial
+    beat_baseline_ = false;
     return current_;
   }
-  start_trial(want);
+  start_trial(want, exchange);
   return current_;
 }
 

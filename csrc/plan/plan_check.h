@@ -6,24 +6,30 @@
 // beats that, a flat StragglAR-direct over hosts with several ranks pays for every host mate on
 // the NIC). So every move is a trial run on the same calls as what it would replace: the calls
 // of the trial batch are dealt out among its arms (the proposed mode, the mode running now, the
-// baseline, and, when a straggler and degraded ranks arrive together, each of them alone) in a
-// generalised Thue-Morse order (no period, so a job's repeating pattern of bucket sizes meets
-// every arm in every position), kCallsPerArm calls each. A call costs the job the time from the
-// last rank's arrival to its end: the shortest duration of any rank (the last arrival waited for
-// nobody). Per arm, the median of that per call size, weighted by how often the size occurs, is
-// its score; the fastest arm runs from then on (the proposed one when it is within kTolerance of
-// the fastest). What the proposal added and the winner lacks is not proposed again for a while
-// (4 exchanges, doubling with every failed trial of the same change, at most 64); while a set of
-// degraded ranks is vetoed, those of its ranks that ran before it keep running (a failed
-// {5, 6, 12} goes back to {5}, not to Ring). A move to the baseline needs no trial.
+// baseline unless the mode running now beat it lately, and, when a straggler and degraded ranks
+// arrive together, each of them alone) in blocks of kBlock calls, the blocks in a generalised
+// Thue-Morse order (no period: a job's repeating pattern of bucket sizes meets every arm in
+// every position, and every arm follows every other as often). A call's cost is the time from
+// the end of the call before it to its own end on each rank (the job's compute, the wait for
+// the last rank and the all_reduce; time in exchanges and probes left out), agreed as the median
+// over ranks; only calls that follow a call of the same arm count (the first of a block carries
+// the previous arm's effect on when ranks arrive). Per arm, the median cost per call size,
+// weighted by how often the size occurs, is its score; the fastest arm runs from then on (the
+// proposed one when it is within kTolerance of the fastest). What the proposal added and the
+// winner lacks is not proposed again for a while (4 exchanges, doubling with every failed trial
+// of the same change, at most 64); while a set of degraded ranks is vetoed, those of its ranks
+// that ran before it keep running (a failed {5, 6, 12} goes back to {5}, not to Ring). A move to
+// the baseline needs no trial.
 //
 // The baseline is the flat plan without straggler or degraded rank (what STRAGG_HOST_LEVEL=off,
-// STRAGG_STRAGGLER=none would run): every other mode is measured against it once.
+// STRAGG_STRAGGLER=none would run): every other mode is measured against it.
 //
-// Each trial also measures the cost model: per plan family, the median of measured / predicted
-// time after the last arrival becomes that family's correction (Planner::set_corrections) for
-// the modes other than the baseline. Every input is exchanged, so every rank takes the same
-// decisions.
+// Each trial also measures the cost model: with one arm whose model is taken as right (the
+// baseline, or the running mode's plan once corrected), the part of a call's cost that is not
+// the all_reduce after the last arrival (compute, the late rank's delay) is its cost minus its
+// prediction; every other arm's measured all_reduce time over its prediction becomes its plan
+// family's correction (Planner::set_corrections) for the modes other than the baseline. Every
+// input is exchanged, so every rank takes the same decisions.
 #pragma once
 
 #include <cstdint>
@@ -54,8 +60,9 @@ struct PlanMode {
 // One call of a batch, from exchanged numbers (the same on every rank).
 struct CheckedCall {
   int arm = -1;             // the trial arm it ran (-1: not in a trial)
+  bool after_same_arm = false;  // the call before it ran the same arm
   int64_t bytes = 0;
-  double critical_s = -1;   // the last arrival's duration: the shortest of all ranks (<= 0: unknown)
+  double cost_s = -1;       // from the previous call's end to its end, median over ranks (< 0: unknown)
   double predicted_s = 0;   // the cost model's time after the last arrival (0: not predicted)
   PlanFamily family;        // what ran
 };
@@ -88,8 +95,11 @@ class PlanCheck {
   static constexpr uint64_t kFirstBackoff = 4;   // exchanges a failed change is not tried again
   static constexpr uint64_t kMaxBackoff = 64;
   static constexpr size_t kMaxRecords = 256;
-  static constexpr size_t kCallsPerArm = 4;
+  static constexpr size_t kCallsPerArm = 6;
+  static constexpr size_t kBlock = 3;  // consecutive calls of one arm
   static constexpr size_t kMaxArms = 4;
+  // The baseline is an arm unless the running mode beat it within this many exchanges.
+  static constexpr uint64_t kBaselineFresh = 16;
   // A proposal within this share of the fastest arm wins (per-call noise of a steady job).
   static constexpr double kTolerance = 0.02;
   // A family's correction is reported (once) when its measured/predicted ratio is off by more.
@@ -144,15 +154,26 @@ class PlanCheck {
   };
 
   PlanMode filtered(const PlanMode& proposed, uint64_t exchange) const;
-  void start_trial(const PlanMode& proposed);
+  // Per arm and call size: the median cost (of calls after the same arm, else of all) and
+  // prediction, the family that ran most, and how many calls.
+  struct ArmStats {
+    std::map<int64_t, double> cost, predicted;
+    std::map<int64_t, PlanFamily> family;
+    std::map<int64_t, size_t> calls;
+    size_t total = 0;
+  };
+  void start_trial(const PlanMode& proposed, uint64_t exchange);
   void end_trial(const std::vector<CheckedCall>& calls, uint64_t exchange, uint64_t first_call);
-  void learn_corrections(const std::vector<CheckedCall>& calls);
+  void learn_corrections(const std::vector<ArmStats>& stats, const std::vector<double>& score);
   static void fail(Veto& v, std::vector<int> ranks, uint64_t exchange);
 
   PlanMode baseline_;
   PlanMode current_;
   bool recheck_ = false;
   std::vector<PlanMode> arms_;  // the trial of the next batch (arm 0: proposed, 1: current)
+  int baseline_arm_ = -1;       // the baseline's arm in it (-1: none)
+  bool beat_baseline_ = false;  // the running mode was measured no slower than the baseline
+  uint64_t baseline_checked_ = 0;  // ... at this exchange
   Veto straggler_veto_, degraded_veto_, host_veto_;
   std::map<PlanFamily, double> corrections_;
   std::map<PlanFamily, bool> reported_;

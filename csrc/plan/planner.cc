@@ -31,9 +31,6 @@ void check_link(const LinkModel& l) {
   }
 }
 
-// Measured factors are quantised (to 0.05) so that schedules and choices are cached per network
-// state rather than per probe's noise; every rank quantises the same exchanged numbers alike.
-double quantise(double l) { return std::max(1.0, std::round(l * 20.0) / 20.0); }
 
 std::vector<std::pair<int, double>> slow_key(const std::vector<Slowdown>& slow) {
   std::vector<std::pair<int, double>> out;
@@ -266,7 +263,7 @@ void Planner::set_network(const NetworkModel& network) {
   }
   std::lock_guard<std::mutex> lock(mu_);
   measured_ = network;
-  for (auto& s : measured_.degraded) s.factor = quantise(s.factor);
+  for (auto& s : measured_.degraded) s.factor = quantise_factor(s.factor);
   measured_.degraded.erase(
       std::remove_if(measured_.degraded.begin(), measured_.degraded.end(),
                      [](const Slowdown& s) { return s.factor <= 1.0; }),

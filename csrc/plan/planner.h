@@ -31,6 +31,8 @@
 // plan/lower.h); schedules and lowered schedules are cached.
 #pragma once
 
+#include <algorithm>
+#include <cmath>
 #include <list>
 #include <map>
 #include <memory>
@@ -90,6 +92,10 @@ struct PlanChoice {
   std::string describe() const;
   PlanFamily family() const { return {algorithm, by_host}; }
 };
+
+// Measured factors are quantised (to 0.05) so that schedules and choices are cached per network
+// state rather than per probe's noise; every rank quantises the same exchanged numbers alike.
+inline double quantise_factor(double l) { return std::max(1.0, std::round(l * 20.0) / 20.0); }
 
 // What the plan check lets one call use (besides its straggler): the degraded ranks OptCC may
 // run for, and whether host-level plans are allowed.

@@ -53,8 +53,15 @@ double Planner::corrected(const PlanChoice& c, double raw_s, double delay_s) con
   double f = 1.0;
   {
     std::lock_guard<std::mutex> lock(mu_);
+    // A family not measured yet takes the largest measured correction: the corrections never
+    // make an unmeasured plan look better than the measured ones.
     auto it = corrections_.find(c.family());
-    if (it != corrections_.end()) f = it->second;
+    if (it != corrections_.end()) {
+      f = it->second;
+    } else if (!corrections_.empty()) {
+      f = 0;
+      for (const auto& [family, g] : corrections_) f = std::max(f, g);
+    }
   }
   const double post = std::max(0.0, raw_s - delay_s);
   return raw_s - post + f * post;
@@ -138,6 +145,8 @@ std::vector<Planner::Candidate> Planner::candidates(const AutoQuery& q) const {
 PlanChoice Planner::auto_choice(const AutoQuery& query) const {
   AutoQuery q = query;
   q.delay_s = delay_bucket(q.delay_s);
+  // Factors as the measured network holds them (quantised: one schedule per network state).
+  for (Slowdown& d : q.mode.degraded) d.factor = quantise_factor(d.factor);
   const int flags = (q.host ? 1 : 0) | (q.mode.flat ? 2 : 0) | (q.mode.corrected ? 4 : 0) |
                     (q.mode.one_level ? 8 : 0);
   const AutoKey key{q.bytes, q.straggler, q.delay_s, flags, key_of(q.mode.degraded)};

@@ -131,6 +131,7 @@ void GroupProfiler::run_probe_slices(Executor& ex, const InternalSpec& spec,
   std::optional<std::vector<LinkModel>> matrix = prober_.run_slices(ex, spec, timeout, count);
   const double spent = seconds(Clock::now() - t0);
   batch_probe_s_ += spent;
+  pause_s_ += spent;
   interval_spoiled_ = true;
   batch_slices_ += count;
   {
@@ -153,6 +154,11 @@ void GroupProfiler::after_call(Executor& ex, const InternalSpec& spec, const Cal
   const auto now = record.run_end == Clock::time_point{} ? Clock::now() : record.run_end;
   if (batch_durations_.empty()) batch_first_call_ = call;
   if (!interval_spoiled_) batch_intervals_.push_back(seconds(now - last_end_));
+  // The call's cost to the job: since the previous call's end, without exchanges and probes.
+  batch_costs_.push_back(last_end_ == Clock::time_point{}
+                             ? -1.0
+                             : std::max(0.0, seconds(now - last_end_) - pause_s_));
+  pause_s_ = 0;
   last_end_ = now;
   interval_spoiled_ = false;
   batch_durations_.push_back(record.agreement_s + record.run_s);
@@ -174,6 +180,7 @@ void GroupProfiler::after_call(Executor& ex, const InternalSpec& spec, const Cal
       if (exchanges_done_ == 0) early_exchange_ = batch < every_;
       ++exchanges_done_;
       exchange(ex, spec, timeout);
+      pause_s_ += last_exchange_s_;
       std::lock_guard<std::mutex> lock(mu_);
       probe_stats_.exchange_s += last_exchange_s_;
     }
@@ -191,7 +198,7 @@ void GroupProfiler::after_call(Executor& ex, const InternalSpec& spec, const Cal
 void GroupProfiler::exchange(Executor& ex, const InternalSpec& spec,
                              std::chrono::milliseconds timeout) {
   const int k = static_cast<int>(batch_durations_.size());
-  const size_t w = static_cast<size_t>(k) + 3;
+  const size_t w = 2 * static_cast<size_t>(k) + 3;  // durations, costs, 3 numbers
   // This rank's time per call in the batch (the median time between the ends of consecutive
   // calls: the job's compute included, exchanges and probes not), its time in probe slices,
   // its last exchange's.
@@ -202,9 +209,10 @@ void GroupProfiler::exchange(Executor& ex, const InternalSpec& spec,
   all.assign(static_cast<size_t>(n_) * w, 0.0);
   double* row = all.data() + static_cast<size_t>(rank_) * w;
   std::copy(batch_durations_.begin(), batch_durations_.end(), row);
-  row[k] = period;
-  row[k + 1] = batch_probe_s_;
-  row[k + 2] = last_exchange_s_;
+  std::copy(batch_costs_.begin(), batch_costs_.end(), row + k);
+  row[2 * k] = period;
+  row[2 * k + 1] = batch_probe_s_;
+  row[2 * k + 2] = last_exchange_s_;
   // The exchange's cost is its all_reduce and what follows it here (the profiler's analysis, the
   // plan check): at 2 ranks and 4 KiB the analysis costs more than the all_reduce.
   const auto t0 = Clock::now();
@@ -219,15 +227,18 @@ void GroupProfiler::exchange(Executor& ex, const InternalSpec& spec,
 
   std::vector<double>& durations = exchange_durations_;
   durations.resize(static_cast<size_t>(n_) * k);
+  std::vector<double>& costs = exchange_costs_;
+  costs.resize(static_cast<size_t>(n_) * k);
   std::vector<double> periods;
   // An exchange's cost is the last rank's time in it: the others also waited for it to arrive.
   double slice_s = 0, exchange_s = 1e300;
   for (int r = 0; r < n_; ++r) {
     const double* rr = all.data() + static_cast<size_t>(r) * w;
     std::copy(rr, rr + k, durations.begin() + static_cast<ptrdiff_t>(r) * k);
-    if (rr[k] > 0) periods.push_back(rr[k]);
-    slice_s = std::max(slice_s, rr[k + 1]);
-    exchange_s = std::min(exchange_s, rr[k + 2]);
+    std::copy(rr + k, rr + 2 * k, costs.begin() + static_cast<ptrdiff_t>(r) * k);
+    if (rr[2 * k] > 0) periods.push_back(rr[2 * k]);
+    slice_s = std::max(slice_s, rr[2 * k + 1]);
+    exchange_s = std::min(exchange_s, rr[2 * k + 2]);
   }
   const double batch_period = median_of(periods);  // 0: unknown
   if (batch_slices_ > 0) slice_s_ = std::max(slice_s / static_cast<double>(batch_slices_), 1e-6);
@@ -251,9 +262,10 @@ void GroupProfiler::exchange(Executor& ex, const InternalSpec& spec,
   batch_durations_.clear();
   batch_bytes_.clear();
   const bool drift = drifted(durations, k);
-  const std::vector<CheckedCall> checked = checked_calls(durations, k, bytes);
+  const std::vector<CheckedCall> checked = checked_calls(costs, k, bytes);
   batch_predicted_.clear();
   batch_families_.clear();
+  batch_costs_.clear();
 
   std::unique_lock<std::mutex> lock(mu_);
   // Link probes: at the first exchange, then periodically and on drift. Their slices run right
@@ -305,7 +317,7 @@ void GroupProfiler::exchange(Executor& ex, const InternalSpec& spec,
   const uint64_t exchanges = profiler_->exchanges();
   lock.unlock();
 
-  const double beta = calls_beta(checked);
+  const double beta = calls_beta(durations, k, bytes, checked);
   schedule_probes(beta, k, batch_period);
   {
     // Until a probe has measured the links, the calls' own rate is a better model than the
@@ -347,21 +359,28 @@ void GroupProfiler::exchange(Executor& ex, const InternalSpec& spec,
   }
 }
 
-std::vector<CheckedCall> GroupProfiler::checked_calls(const std::vector<double>& durations, int k,
+std::vector<CheckedCall> GroupProfiler::checked_calls(const std::vector<double>& costs, int k,
                                                       const std::vector<int64_t>& bytes) const {
   std::vector<CheckedCall> out(static_cast<size_t>(k));
   const bool trial = check_.in_trial();
+  std::vector<double> ranks;
   for (int i = 0; i < k; ++i) {
     CheckedCall& c = out[static_cast<size_t>(i)];
     const uint64_t call = batch_first_call_ + static_cast<uint64_t>(i);
     if (trial && call >= trial_first_call_ && call - trial_first_call_ < check_.trial_calls()) {
-      c.arm = check_.arm_of(static_cast<size_t>(call - trial_first_call_));
+      const size_t j = static_cast<size_t>(call - trial_first_call_);
+      c.arm = check_.arm_of(j);
+      c.after_same_arm = j > 0 && check_.arm_of(j - 1) == c.arm;
     }
     c.bytes = bytes[static_cast<size_t>(i)];
-    // The rank that arrived last waited for nobody: its duration is what the call cost the job.
-    double t = durations[static_cast<size_t>(i)];
-    for (int r = 1; r < n_; ++r) t = std::min(t, durations[static_cast<size_t>(r) * k + i]);
-    c.critical_s = t;
+    // Every rank's cost of the call agreed as their median (they take about the same time per
+    // step; a rank that a probe or the OS held up does not decide).
+    ranks.clear();
+    for (int r = 0; r < n_; ++r) {
+      const double t = costs[static_cast<size_t>(r) * k + i];
+      if (t >= 0) ranks.push_back(t);
+    }
+    c.cost_s = ranks.empty() ? -1 : median_of(ranks);
     c.predicted_s = batch_predicted_[static_cast<size_t>(i)];
     c.family = batch_families_[static_cast<size_t>(i)];
   }
@@ -428,17 +447,22 @@ void GroupProfiler::check_plan(const PlanMode& proposed, const std::vector<Check
   }
 }
 
-double GroupProfiler::calls_beta(const std::vector<CheckedCall>& calls) const {
-  // Flat Ring and RHD calls of 64 KiB or more (each rank sends 2(n-1)/n of the buffer, across
-  // hosts one flow per NIC): the last arrival's time over what they move, the rate the calls
-  // showed (0: no such call).
+double GroupProfiler::calls_beta(const std::vector<double>& durations, int k,
+                                 const std::vector<int64_t>& bytes,
+                                 const std::vector<CheckedCall>& calls) const {
+  // The last arrival's time (it waited for nobody) over what a flat Ring or RHD moves per rank
+  // (across hosts one flow per NIC), for such calls of 64 KiB or more: the rate the calls showed
+  // (0: no such call).
   std::vector<double> betas;
-  for (const CheckedCall& c : calls) {
-    const bool ring_like = !c.family.by_host && (c.family.algorithm == Algorithm::Ring ||
-                                                 c.family.algorithm == Algorithm::Rhd);
-    if (c.bytes < 64 * 1024 || !ring_like || !(c.critical_s > 0)) continue;
-    const double moved = 2.0 * (n_ - 1) / n_ * static_cast<double>(c.bytes);
-    betas.push_back(c.critical_s / moved);
+  for (int i = 0; i < k; ++i) {
+    const PlanFamily& f = calls[static_cast<size_t>(i)].family;
+    const bool ring_like =
+        !f.by_host && (f.algorithm == Algorithm::Ring || f.algorithm == Algorithm::Rhd);
+    if (bytes[static_cast<size_t>(i)] < 64 * 1024 || !ring_like) continue;
+    double t = durations[static_cast<size_t>(i)];
+    for (int r = 1; r < n_; ++r) t = std::min(t, durations[static_cast<size_t>(r) * k + i]);
+    const double moved = 2.0 * (n_ - 1) / n_ * static_cast<double>(bytes[static_cast<size_t>(i)]);
+    if (t > 0) betas.push_back(t / moved);
   }
   return median_of(betas);
 }
@@ -542,6 +566,7 @@ void GroupProfiler::probe_links(Executor& ex, const InternalSpec& spec,
     matrix = average_links(matrix, second);
   }
   const double spent = seconds(Clock::now() - t0);
+  pause_s_ += spent;
   interval_spoiled_ = true;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -643,12 +668,14 @@ void GroupProfiler::install(const std::vector<LinkModel>& matrix,
     drift_baseline_ = 0;
   }
   // The measured network at once (what the cost model predicts with); what OptCC runs for goes
-  // through the plan check (the call's mode). Corrections measured against the old model no
-  // longer hold.
+  // through the plan check (the call's mode). Corrections measured against a model whose links
+  // were a quarter or more faster or slower no longer hold.
   NetworkModel net = planner_.network();
+  const double old_beta = net.link.beta_s_per_byte;
   net.link = a.reference;
   net.degraded = a.degraded;
   planner_.set_network(net);
+  const double change = old_beta > 0 ? a.reference.beta_s_per_byte / old_beta : 0;
   if (planner_.two_level()) {
     // Host mates' links (shared memory): their median, for the two-level model.
     std::vector<double> alphas, betas;
@@ -663,11 +690,13 @@ void GroupProfiler::install(const std::vector<LinkModel>& matrix,
     }
     if (!alphas.empty()) planner_.set_local_link({median_of(alphas), median_of(betas)});
   }
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    check_.reset_corrections();
+  if (!(change > 0.8 && change < 1.25)) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      check_.reset_corrections();
+    }
+    planner_.set_corrections({});
   }
-  planner_.set_corrections({});
   std::ostringstream m;
   m << "stragg: rank " << rank_ << " of group '" << group_ << "': link probe: alpha "
     << a.reference.alpha_s * 1e6 << " us, " << 1e-9 / a.reference.beta_s_per_byte

@@ -104,11 +104,11 @@ class GroupProfiler {
   // After an exchange: have the calls' times drifted from the cost model since the last probe?
   // (identical on every rank: it reads the exchanged durations)
   bool drifted(const std::vector<double>& durations, int k);
-  // The seconds per byte the batch's calls of 64 KiB or more showed: the model's beta scaled by
-  // their measured / predicted time after the last arrival (0: no such call).
-  double calls_beta(const std::vector<CheckedCall>& calls) const;
-  // The batch's calls as the plan check reads them (from the exchanged durations).
-  std::vector<CheckedCall> checked_calls(const std::vector<double>& durations, int k,
+  // The seconds per byte the batch's flat Ring / RHD calls of 64 KiB or more showed (0: none).
+  double calls_beta(const std::vector<double>& durations, int k, const std::vector<int64_t>& bytes,
+                    const std::vector<CheckedCall>& calls) const;
+  // The batch's calls as the plan check reads them (from the exchanged n x k call costs).
+  std::vector<CheckedCall> checked_calls(const std::vector<double>& costs, int k,
                                          const std::vector<int64_t>& bytes) const;
   // The plan check's verdict at an exchange (logged), its corrections given to the planner.
   void check_plan(const PlanMode& proposed, const std::vector<CheckedCall>& calls,
@@ -163,6 +163,9 @@ class GroupProfiler {
   std::vector<int64_t> batch_bytes_;
   std::vector<double> batch_predicted_;
   std::vector<PlanFamily> batch_families_;
+  // Per call: the time since the previous call's end without exchanges and probes (-1: the first).
+  std::vector<double> batch_costs_;
+  double pause_s_ = 0;  // time in exchanges and probes since the last call ended
   uint64_t trial_first_call_ = 0;  // the call index a trial began at
   uint64_t batch_first_call_ = 0;
   // Times between the ends of consecutive calls in this batch (the job's compute included),
@@ -175,6 +178,7 @@ class GroupProfiler {
   double last_exchange_s_ = 0;   // this rank's time in the previous exchange
   std::vector<double> exchange_rows_;       // an exchange's all_reduce buffer (n rows)
   std::vector<double> exchange_durations_;  // and the n x k durations it gathered
+  std::vector<double> exchange_costs_;      // and the n x k call costs
   // Probe scheduling (identical on every rank).
   bool probe_due_ = false;
   bool periodic_probe_wanted_ = false;  // STRAGG_PROBE_EVERY exchanges passed; waits for its share

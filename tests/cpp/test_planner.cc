@@ -419,10 +419,11 @@ TEST(Planner, MeasuredCorrectionsScaleACandidatesPrediction) {
   const size_t bytes = 10u << 20;
   Planner p(8, hosts_config(4, 2));
   ASSERT_TRUE(p.choose(bytes, kNoStraggler, 0, true, CallMode{}).by_host);
-  // Host-level Ring measured 1.5x its prediction: another plan is faster after all.
-  p.set_corrections({{PlanFamily{Algorithm::Ring, true}, 1.5}});
+  // Host-level Ring measured 1.5x its prediction, the flat Ring as predicted: the flat Ring is
+  // faster after all (RHD, not measured, takes the largest correction: 1.5).
+  p.set_corrections({{PlanFamily{Algorithm::Ring, true}, 1.5}, {PlanFamily{Algorithm::Ring, false}, 1.0}});
   const PlanChoice c = p.choose(bytes, kNoStraggler, 0, true, CallMode{});
-  EXPECT_FALSE(c.by_host) << c.describe();
+  EXPECT_EQ(c.describe(), "ring");
   // The raw prediction is what the record keeps (the plan check measures against it).
   EXPECT_DOUBLE_EQ(c.post_arrival_s, p.predict(c, bytes));
   // Uncorrected (the baseline) ignores them.

@@ -1,0 +1,80 @@
+"""Host-level plans chosen by stragg's defaults on 2 emulated hosts x 2 ranks (200 Mbit/s).
+
+tests/scripts/host_level_rank.py runs all_reduces of 1 MiB with the defaults (the planner, the
+profiler and the plan check decide; exchanges every 4 calls so that a short job reaches its
+decisions):
+- healthy: the host-level Ring (reduce-scatter in each host, the cross-host Ring on half the
+  buffer per host mate, allgather in each host) is tried against the flat baseline on the same
+  calls and kept; the last calls run host-level plans;
+- rank 3 late (local rank 1 of host 1): it is adopted as the straggler and the last calls run a
+  host-level plan for it.
+Every call's result equals the float64 reference exactly (integer-valued data) and is bitwise
+identical on every rank. Timings are not asserted (benchmarks/training.py --nproc-per-node
+measures them). Skips without network namespaces; FAILS then under STRAGG_TEST_REQUIRE=1.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+import _emu
+import pytest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+SCRIPT = os.path.join(HERE, "scripts", "host_level_rank.py")
+WORLD = 4
+CALLS = 48
+
+pytestmark = [pytest.mark.needs_backend, pytest.mark.stragg_only]
+
+
+def _run(tmp_path, late: int, delay: float) -> list[dict]:
+    emu = _emu.emucluster()
+    env = {"OMP_NUM_THREADS": "1", "STRAGG_PROFILE_EVERY": "4", "STRAGG_PROBE_BUDGET": "0.5"}
+    with emu.EmuCluster(hosts=2, rate="200mbit", name=_emu.new_name("hl")) as c:
+        res = c.run([sys.executable, SCRIPT, str(tmp_path), str(CALLS), str(late), str(delay)],
+                    nproc_per_node=2, env=env, timeout=300, fail_fast=False, output=None)
+    results = []
+    for r in range(WORLD):
+        try:
+            with open(os.path.join(tmp_path, f"rank{r}.json")) as f:
+                results.append(json.load(f))
+        except (OSError, ValueError):
+            results.append({"rank": r, "ok": False, "error": "no result"})
+    story = res.describe() + "\n" + json.dumps(results, indent=1)[:6000]
+    assert not res.timed_out, story
+    for r in results:
+        assert r["ok"], story
+        assert r["transport"] == "mixed", story
+        assert all(r["exact"]), (r["rank"], r["exact"])
+        assert r["plans"] == results[0]["plans"], "ranks ran different plans"
+        assert r["plan_checks"] == results[0]["plan_checks"], "ranks decided differently"
+    for i in range(CALLS):
+        assert len({r["digests"][i] for r in results}) == 1, f"call {i}: ranks differ bitwise"
+    return results
+
+
+def test_healthy_hosts_run_the_host_level_plan(tmp_path) -> None:
+    results = _run(tmp_path, -1, 0.0)
+    r = results[0]
+    checks = r["plan_checks"]
+    # The first check measured the host-level plans ("plain": the model's choice) against the
+    # flat baseline on the same calls, and kept them.
+    assert checks and checks[0]["change"] == "plain", checks
+    assert [a["mode"] for a in checks[0]["arms"]] == ["plain", "flat"], checks
+    assert checks[0]["kept"], checks
+    assert r["mode"] == "plain", r["mode"]
+    tail = r["plans"][-8:]
+    assert all(p.startswith("host:") for p in tail), r["plans"]
+
+
+def test_a_late_rank_gets_a_host_level_plan(tmp_path) -> None:
+    results = _run(tmp_path, 3, 0.03)
+    r = results[0]
+    assert r["straggler"] == 3, (r["mode"], r["plan_checks"])
+    assert any(c["change"].startswith("straggler 3") and c["kept"] for c in r["plan_checks"]), (
+        r["plan_checks"])
+    tail = r["plans"][-8:]
+    assert all(p.startswith("host:") and "(3" in p for p in tail), r["plans"]
