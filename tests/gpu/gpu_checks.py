@@ -725,7 +725,9 @@ class Runner:
                 return fail("configure failed" + (" (time limit)" if ran.timed_out else ""))
         if not cache_value(self.build, "CMAKE_CUDA_COMPILER"):
             return fail(f"{self.build} is configured without CUDA (STRAGG_CUDA=on needs nvcc)")
-        figures["cuda_architectures"] = cache_value(self.build, "CMAKE_CUDA_ARCHITECTURES")
+        figures["cuda_architectures"] = (
+            cache_value(self.build, "CMAKE_CUDA_ARCHITECTURES") or "80;90 (the default)"
+        )
         t1 = time.monotonic()
         ran = run(
             ["cmake", "--build", str(self.build), "-j", self.jobs, "--target", "stragg_cuda_check"],
