@@ -69,7 +69,7 @@ struct CheckedCall {
 
 struct TrialArm {
   std::string mode;    // PlanMode::describe()
-  double score_s = 0;  // time per call after the last arrival (-1: not measured)
+  double score_s = 0;  // cost per call (from the previous call's end; -1: not measured)
   size_t calls = 0;
 };
 

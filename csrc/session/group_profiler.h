@@ -92,8 +92,6 @@ class GroupProfiler {
   std::vector<double> recent_delays() const;
   std::vector<PlanCheckRecord> plan_checks() const;
   PlanMode plan_mode() const;
-  // The measured corrections of the cost model the planner uses (per plan family).
-  std::map<PlanFamily, double> corrections() const;
   ProbeStats probe_stats() const;
 
  private:
@@ -107,7 +105,8 @@ class GroupProfiler {
   // The seconds per byte the batch's flat Ring / RHD calls of 64 KiB or more showed (0: none).
   double calls_beta(const std::vector<double>& durations, int k, const std::vector<int64_t>& bytes,
                     const std::vector<CheckedCall>& calls) const;
-  // The batch's calls as the plan check reads them (from the exchanged n x k call costs).
+  // The batch's calls as the plan check reads them (from the exchanged n x k call costs;
+  // group_plan_check.cc, with next_call_mode and check_plan).
   std::vector<CheckedCall> checked_calls(const std::vector<double>& costs, int k,
                                          const std::vector<int64_t>& bytes) const;
   // The plan check's verdict at an exchange (logged), its corrections given to the planner.

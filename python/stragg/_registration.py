@@ -189,7 +189,8 @@ def recent_calls(group: dist.ProcessGroup | None = None) -> list[dict[str, Any]]
     """The last (up to 1024) all_reduce calls of `group` on this rank, oldest first.
 
     Each entry: seq, numel, bytes, algorithm, plan (the algorithm with its parameters, e.g.
-    "optcc(3=2,k=16)"), predicted_s (the cost model's time, 0 if none), straggler (configured or
+    "optcc(3=2,k=16)", "host:ring" for a host-level plan), predicted_s (the cost model's time
+    from the last rank's arrival, before measured corrections; 0 if none), straggler (configured or
     agreed, -1 none),
     queued_s (call to start), agreement_s (dynamic straggler agreement), run_s (executing the
     schedule), wait_s (of run_s, blocked on peers), pre_arrival_s (of run_s, in steps without the

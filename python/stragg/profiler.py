@@ -86,8 +86,11 @@ def summary(group: dist.ProcessGroup | None = None) -> dict[str, Any]:
     delays_s; -1 = nobody significantly late), decisions (list of {call, straggler, reason}),
     link ({alpha_s, beta_s_per_byte, source}), settings, probes ({campaigns, slices, seconds,
     transfer_bytes}), exchange_every, exchange_seconds (this rank's time in exchanges: with
-    probes' seconds, the profiler's own cost). Everything but the counters of calls not yet
-    exchanged and this rank's times is identical on every rank.
+    probes' seconds, the profiler's own cost), applied ({straggler, degraded, mode}: what the plan
+    check lets run), plan_checks (every trial: {call, change, kept, chosen, period_s, baseline_s,
+    arms: [{mode, s (per call), calls}]}), model_corrections ({plan family: measured / predicted}).
+    Everything but the counters of calls not yet exchanged and this rank's times is identical on
+    every rank.
     """
     return dict(_stragg_backend(group).profiler_summary())
 
