@@ -6,8 +6,9 @@ decisions):
 - healthy: the host-level Ring (reduce-scatter in each host, the cross-host Ring on half the
   buffer per host mate, allgather in each host) is tried against the flat baseline on the same
   calls and kept; the last calls run host-level plans;
-- rank 3 late (local rank 1 of host 1): it is adopted as the straggler and the last calls run a
-  host-level plan for it.
+- rank 3 late (local rank 1 of host 1): the profiler adopts it, the plan check tries its plans
+  against the running ones on the same calls (on 2 hosts a late rank's plans gain little: which
+  arm wins is the measurement's, not asserted), and the last calls run host-level plans.
 Every call's result equals the float64 reference exactly (integer-valued data) and is bitwise
 identical on every rank. Timings are not asserted (benchmarks/training.py --nproc-per-node
 measures them). Skips without network namespaces; FAILS then under STRAGG_TEST_REQUIRE=1.
@@ -70,11 +71,14 @@ def test_healthy_hosts_run_the_host_level_plan(tmp_path) -> None:
     assert all(p.startswith("host:") for p in tail), r["plans"]
 
 
-def test_a_late_rank_gets_a_host_level_plan(tmp_path) -> None:
+def test_a_late_rank_is_tried_with_host_level_plans(tmp_path) -> None:
     results = _run(tmp_path, 3, 0.03)
     r = results[0]
-    assert r["straggler"] == 3, (r["mode"], r["plan_checks"])
-    assert any(c["change"].startswith("straggler 3") and c["kept"] for c in r["plan_checks"]), (
-        r["plan_checks"])
-    tail = r["plans"][-8:]
-    assert all(p.startswith("host:") and "(3" in p for p in tail), r["plans"]
+    assert any(d["straggler"] == 3 for d in r["decisions"]), r["decisions"]
+    trials = [c for c in r["plan_checks"] if c["change"].startswith("straggler 3")]
+    assert trials, r["plan_checks"]
+    assert [a["mode"] for a in trials[0]["arms"]][:2] == ["straggler 3", "plain"], trials
+    assert all(a["calls"] > 0 for a in trials[0]["arms"]), trials
+    # The straggler's arm ran host-level plans for rank 3; the last calls host-level plans.
+    assert any(p.startswith("host:") and "(3" in p for p in r["plans"]), r["plans"]
+    assert all(p.startswith("host:") for p in r["plans"][-8:]), r["plans"]

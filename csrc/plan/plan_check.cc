@@ -50,10 +50,10 @@ PlanCheck::PlanCheck(bool flat_baseline) {
 int PlanCheck::arm_of(size_t i) const {
   const size_t m = arms_.size();
   if (m <= 1) return 0;
-  // Blocks of kBlock calls; the blocks in generalised Thue-Morse order: the sum of the block
-  // index's base-m digits, modulo m.
+  // Blocks of kBlock calls (kBlockOfMany with more than two arms); the blocks in generalised
+  // Thue-Morse order: the sum of the block index's base-m digits, modulo m.
   size_t sum = 0;
-  for (size_t x = i / kBlock; x > 0; x /= m) sum += x % m;
+  for (size_t x = i / (m > 2 ? kBlockOfMany : kBlock); x > 0; x /= m) sum += x % m;
   return static_cast<int>(sum % m);
 }
 

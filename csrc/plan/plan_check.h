@@ -7,13 +7,13 @@
 // the NIC). So every move is a trial run on the same calls as what it would replace: the calls
 // of the trial batch are dealt out among its arms (the proposed mode, the mode running now, the
 // baseline unless the mode running now beat it lately, and, when a straggler and degraded ranks
-// arrive together, each of them alone) in blocks of kBlock calls, the blocks in a generalised
-// Thue-Morse order (no period: a job's repeating pattern of bucket sizes meets every arm in
-// every position, and every arm follows every other as often). A call's cost is the time from
-// the end of the call before it to its own end on each rank (the job's compute, the wait for
-// the last rank and the all_reduce; time in exchanges and probes left out), agreed as the median
-// over ranks; only calls that follow a call of the same arm count (the first of a block carries
-// the previous arm's effect on when ranks arrive). Per arm, the median cost per call size,
+// arrive together, each of them alone) in blocks of 3 calls (2 with more than two arms), the
+// blocks in a generalised Thue-Morse order (no period: a job's repeating pattern of bucket
+// sizes meets every arm in every position, and every arm follows every other as often). A
+// call's cost is the time from the end of the call before it to its own end on each rank (the
+// job's compute, the wait for the last rank and the all_reduce; time in exchanges and probes
+// left out), agreed as the median over ranks; only calls that follow a call of the same arm
+// count (the first of a block carries the previous arm's effect on when ranks arrive). Per arm, the median cost per call size,
 // weighted by how often the size occurs, is its score; the fastest arm runs from then on (the
 // proposed one when it is within kTolerance of the fastest). What the proposal added and the
 // winner lacks is not proposed again for a while (4 exchanges, doubling with every failed trial
@@ -95,8 +95,12 @@ class PlanCheck {
   static constexpr uint64_t kFirstBackoff = 4;   // exchanges a failed change is not tried again
   static constexpr uint64_t kMaxBackoff = 64;
   static constexpr size_t kMaxRecords = 256;
+  // Calls per arm and consecutive calls of one arm: 6 in blocks of 3 in a trial of two arms;
+  // with more arms 4 in blocks of 2, so that a trial of four still ends within 16 calls.
   static constexpr size_t kCallsPerArm = 6;
-  static constexpr size_t kBlock = 3;  // consecutive calls of one arm
+  static constexpr size_t kBlock = 3;
+  static constexpr size_t kCallsPerArmOfMany = 4;
+  static constexpr size_t kBlockOfMany = 2;
   static constexpr size_t kMaxArms = 4;
   // The baseline is an arm unless the running mode beat it within this many exchanges.
   static constexpr uint64_t kBaselineFresh = 16;
@@ -127,7 +131,9 @@ class PlanCheck {
   // The trial the next batch runs, if any: how many calls it takes (the batch ends there), the
   // arm of its i-th call and each arm's mode.
   bool in_trial() const { return !arms_.empty(); }
-  size_t trial_calls() const { return arms_.size() * kCallsPerArm; }
+  size_t trial_calls() const {
+    return arms_.size() * (arms_.size() > 2 ? kCallsPerArmOfMany : kCallsPerArm);
+  }
   int arm_of(size_t i) const;
   const PlanMode& arm_mode(int arm) const { return arms_.at(static_cast<size_t>(arm)); }
   const std::vector<PlanMode>& arms() const { return arms_; }

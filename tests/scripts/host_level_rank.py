@@ -51,7 +51,8 @@ def main() -> None:
             "transport": stragg.backend_stats()["transport"],
             "exact": exact, "digests": digests, "plans": [c["plan"] for c in records],
             "plan_checks": summary["plan_checks"], "mode": summary["applied"]["mode"],
-            "straggler": summary["applied"]["straggler"], "ok": True,
+            "straggler": summary["applied"]["straggler"],
+            "decisions": summary["decisions"], "ok": True,
         })  # fmt: skip
         dist.destroy_process_group()
     except BaseException as exc:  # noqa: BLE001  (reported to the test)
