@@ -113,7 +113,7 @@ void GroupProfiler::check_plan(const PlanMode& proposed, const std::vector<Check
     m << who << "cost model: " << e.family.describe() << " took " << std::setprecision(3)
       << e.ratio << "x its predicted time over " << e.calls
       << " measured calls; its predictions are scaled by that from now on";
-    log_warning(m.str());
+    log_info(m.str());
   }
 }
 
