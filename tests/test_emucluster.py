@@ -9,6 +9,15 @@ link runs at R / l relative to a healthy one (a ratio band: a property of tc, no
 loss drops that share of packets; torchrun launches across hosts; without root every command
 says so in one line; every user-facing argument error has a message.
 
+Several NICs and the faults injected while a job runs (reachability probed with
+tests/scripts/emu_probe.py: "refused" is a reply, "timeout" silence): every NIC on its own
+switch, subnet and rate, nothing in the caller's namespace, the job's environment unchanged for
+one NIC; a pulled NIC is silent while the host's other NIC works, a timed pull comes back by
+itself and the connection over it resumes, teardown cancels a pending one; a connection reset
+(ss -K) is seen by the peer as a reset, and where ss cannot kill (a stand-in ss that drops -K)
+the error says so; a cut pair drops each other's packets while both reach a third host, also
+unshaped and across a re-shape, and heals; the CLI verbs for each.
+
 Every test makes its own cluster, named t<pid>x<n> (tests/_emu.py removes those of dead pytest
 processes). Needs root: skips otherwise, and FAILS under STRAGG_TEST_REQUIRE=1.
 """
@@ -23,6 +32,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -268,7 +278,7 @@ _SHOW_ENV = """
 import json, os, socket
 s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.connect((os.environ["MASTER_ADDR"], 9))
 keys = ["RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "NODE_RANK", "MASTER_ADDR",
-        "MASTER_PORT", "GLOO_SOCKET_IFNAME", "EMU_HOST"]
+        "MASTER_PORT", "GLOO_SOCKET_IFNAME", "EMU_HOST", "EMU_NICS"]
 print(json.dumps({**{k: os.environ.get(k) for k in keys}, "addr": s.getsockname()[0]}))
 """
 
@@ -290,6 +300,7 @@ def test_job_environment(cluster: Any) -> None:
             "MASTER_PORT": "29500",
             "GLOO_SOCKET_IFNAME": "eth0",
             "EMU_HOST": str(host),
+            "EMU_NICS": None,  # one NIC: the environment is what it always was
             "addr": f"10.77.0.{host + 1}",
         }
 
@@ -498,6 +509,9 @@ def test_without_privileges_it_says_so_in_one_line(
         ({"hosts": 2, "delay": "1 hour"}, "bad delay '1 hour': expected a time such as 1ms"),
         ({"hosts": 2, "rate": None, "loss": "1%"}, "--delay / --loss need a --rate"),
         ({"hosts": 2, "name": "a b"}, "bad cluster name 'a b'"),
+        ({"hosts": 2, "nics": 0}, "nics must be 1..8, not 0"),
+        ({"hosts": 2, "nics": 2, "rate": ["100mbit"]}, "1 rates for 2 NICs: give one rate"),
+        ({"hosts": 2, "nics": 2, "rate": "100mbit,fast"}, "bad rate 'fast'"),
     ],
 )
 def test_argument_errors(emu_module: Any, kw: dict, message: str) -> None:
@@ -522,3 +536,273 @@ def test_subnet_and_missing_cluster_errors(emu: Any) -> None:
     )
     done = _cli("run", "--hosts", "2", "--name", name)
     assert done.returncode == 1 and "run: no command given" in done.stderr
+
+
+# ---------------------------------------------------------------------------------------------
+# Several NICs, and faults while a job runs
+
+PROBE = os.path.join(HERE, "scripts", "emu_probe.py")
+
+
+def _reach(cluster: Any, host: int, addrs: list[str], timeout: float = 1.0) -> dict[str, str]:
+    """{addr: "refused" | "connected" | "timeout" | "error ..."} of TCP probes from `host`."""
+    done = cluster.exec(host, [sys.executable, PROBE, *addrs, "--timeout", str(timeout)])
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)
+
+
+def _replies(outcomes: dict[str, str]) -> dict[str, bool]:
+    """{addr: True when something answered} (refused or connected: the path works)."""
+    return {a: o in ("refused", "connected") for a, o in outcomes.items()}
+
+
+def _addrs(cluster: Any, host: int, nic: int | None = None) -> list[str]:
+    return [a for k, (_, a) in enumerate(cluster.nics(host)) if nic is None or k == nic]
+
+
+def _tc_rates(netns: str, dev: str) -> list[int]:
+    """The rates (bit/s) of the htb classes on `dev` in `netns`."""
+    from stragg.emucluster import net
+
+    out = subprocess.run(["tc", "-n", netns, "class", "show", "dev", dev],
+                         check=True, capture_output=True, text=True).stdout  # fmt: skip
+    return [net.parse_rate(r) for r in re.findall(r"^class htb \S+ .*? rate (\S+)", out, re.M)]
+
+
+class _Echo:
+    """emu_echo.py's server on host `server` and one client connection to it from `client`."""
+
+    def __init__(self, cluster: Any, server: int, client: int, addr: str, port: int) -> None:
+        self.server = subprocess.Popen(
+            cluster.command(server, [sys.executable, ECHO, "server", str(port)]),
+            stdout=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        self.client: subprocess.Popen | None = None
+        assert _readline(self.server, 30) == "listening"
+        self.client = subprocess.Popen(
+            cluster.command(client, [sys.executable, ECHO, "client", addr, str(port)]),
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, bufsize=1,
+        )  # fmt: skip
+        assert _readline(self.client, 30) == "connected"
+
+    def send(self, line: str) -> None:
+        assert self.client is not None and self.client.stdin is not None
+        self.client.stdin.write(line + "\n")
+
+    def close(self) -> None:
+        for p in (self.client, self.server):
+            if p is not None:
+                p.kill()
+                p.wait()
+
+
+@pytest.mark.parametrize(
+    "cluster", [{"hosts": 3, "nics": 2, "rate": ["200mbit", "50mbit"]}], indirect=True
+)
+def test_hosts_with_several_nics_each_on_its_own_switch_subnet_and_rate(
+    emu: Any, cluster: Any
+) -> None:
+    assert cluster.nics(0) == [("eth0", "10.77.0.1"), ("eth1", "10.77.1.1")]
+    assert cluster.nics(2) == [("eth0", "10.77.0.3"), ("eth1", "10.77.1.3")]
+    assert cluster.master_addr == "10.77.0.1"
+    sw = emu.net.switch_ns(cluster.name)
+    for h in range(3):
+        host = cluster.host(h)
+        addrs = subprocess.run(["ip", "-n", host.netns, "-o", "-4", "addr"], check=True,
+                               capture_output=True, text=True).stdout  # fmt: skip
+        assert f"eth0    inet 10.77.0.{h + 1}/24" in addrs, addrs
+        assert f"eth1    inet 10.77.1.{h + 1}/24" in addrs, addrs
+        # Each NIC shaped on its own, both ways: host side (upload) and switch side (download).
+        assert _tc_rates(host.netns, "eth0") == [200_000_000]
+        assert _tc_rates(host.netns, "eth1") == [50_000_000]
+        assert _tc_rates(sw, f"h{h}") == [200_000_000]
+        assert _tc_rates(sw, f"h{h}n1") == [50_000_000]
+        assert [n.bridge for n in host.nics] == ["br0", "br1"]
+    # Every NIC reaches the same NIC of the others (its own switch), never the other subnet.
+    seen = _reach(cluster, 1, ["10.77.0.1", "10.77.1.1", "10.77.0.3", "10.77.1.3", "10.77.2.1"])
+    assert seen == {"10.77.0.1": "refused", "10.77.1.1": "refused", "10.77.0.3": "refused",
+                    "10.77.1.3": "refused", "10.77.2.1": "error ENETUNREACH"}, seen  # fmt: skip
+    assert [cluster.rate_of(0, k) for k in (0, 1)] == [200_000_000, 50_000_000]
+    cluster.degrade(1, 2.0)  # a degraded host: every NIC at its rate / l
+    assert _tc_rates(cluster.host(1).netns, "eth1") == [25_000_000]
+    assert _tc_rates(sw, "h1n1") == [25_000_000]
+    goodput = cluster.throughput(2, 0, seconds=1.0, nic=1)  # over NIC 1: its own rate
+    assert 0.5 * 50e6 < goodput <= 1.02 * 50e6, goodput
+    status = cluster.status()
+    assert status["nics"] == 2 and status["nic_rates_bit"] == [200_000_000, 50_000_000]
+    assert [n["rate_bit"] for n in status["hosts"][1]["nics"]] == [100_000_000, 25_000_000]
+    shown = _cli("status", "--name", cluster.name)
+    assert "3 hosts of 2 NICs on bridges br0..br1" in shown.stdout, shown.stdout
+    assert re.search(r"10\.77\.1\.2 +up +25 Mbit/s  \(degraded, l = 2\)  \(eth1\)",
+                     shown.stdout), shown.stdout  # fmt: skip
+    # The job's environment: names and MASTER_ADDR on NIC 0, every NIC listed.
+    result = cluster.run([sys.executable, "-c", _SHOW_ENV], output=None)
+    assert result.ok, result.describe()
+    envs = [json.loads(out) for out in result.outputs]
+    assert [e["EMU_NICS"] for e in envs] == [
+        f"eth0=10.77.0.{h + 1},eth1=10.77.1.{h + 1}" for h in range(3)
+    ]
+    assert {(e["GLOO_SOCKET_IFNAME"], e["MASTER_ADDR"]) for e in envs} == {("eth0", "10.77.0.1")}
+    assert [e["addr"] for e in envs] == ["10.77.0.1", "10.77.0.2", "10.77.0.3"]
+
+
+def test_several_nics_leave_nothing_in_the_callers_namespace(emu: Any) -> None:
+    before = _root_ns_snapshot()
+    name = _emu.new_name()
+    up = _cli("up", "--hosts", "2", "--nics", "3", "--rate", "100mbit", "--name", name, "--json")
+    assert up.returncode == 0, up.stderr
+    assert [n["addr"] for n in json.loads(up.stdout)["hosts"][1]["nics"]] == [
+        "10.77.0.2", "10.77.1.2", "10.77.2.2"
+    ]  # fmt: skip
+    assert _root_ns_snapshot() == before
+    down = _cli("down", "--name", name)
+    assert down.returncode == 0 and "removed 3 namespaces" in down.stdout, down.stdout
+    assert emu.net.own_namespaces(name) == [] and _root_ns_snapshot() == before
+
+
+@pytest.mark.parametrize("cluster", [{"hosts": 3, "nics": 2}], indirect=True)
+def test_a_pulled_nic_is_silent_while_the_other_nic_works(emu: Any, cluster: Any) -> None:
+    cluster.pull(1, 1)
+    assert cluster.is_pulled(1, 1) and not cluster.is_pulled(1, 0) and not cluster.is_cut(1)
+    seen = _replies(_reach(cluster, 0, _addrs(cluster, 1)))
+    assert seen == {"10.77.0.2": True, "10.77.1.2": False}, seen
+    seen = _replies(_reach(cluster, 2, _addrs(cluster, 0)))
+    assert seen == {"10.77.0.1": True, "10.77.1.1": True}, seen
+    assert [n["link"] for n in cluster.status()["hosts"][1]["nics"]] == ["up", "pulled"]
+    cluster.plug(1, 1)
+    assert not cluster.is_pulled(1, 1)
+    assert all(_replies(_reach(cluster, 0, _addrs(cluster, 1))).values())
+    cluster.cut(2)  # every NIC of the host
+    assert cluster.is_cut(2) and cluster.is_pulled(2, 0) and cluster.is_pulled(2, 1)
+    assert not any(_replies(_reach(cluster, 0, _addrs(cluster, 2))).values())
+    cluster.restore(2)
+    assert all(_replies(_reach(cluster, 0, _addrs(cluster, 2))).values())
+    with pytest.raises(emu.EmuClusterError, match=re.escape("host 1 has no NIC 2 (NICs 0..1)")):
+        cluster.pull(1, 2)
+
+
+@pytest.mark.parametrize("cluster", [{"hosts": 2, "nics": 2}], indirect=True)
+def test_a_timed_pull_comes_back_and_the_connection_over_it_resumes(cluster: Any) -> None:
+    echo = _Echo(cluster, 0, 1, "10.77.1.1", 7001)  # over NIC 1
+    try:
+        echo.send("a")
+        assert _readline(echo.client, 30) == "echo a"
+        cluster.pull(1, 1, seconds=5)
+        assert cluster.is_pulled(1, 1) and cluster.pending_plugs() == [(1, 1)]
+        echo.send("b")  # sent into the pulled cable: retransmitted until it is back
+        assert _readline(echo.client, 60) == "echo b"  # the same connection, no error
+        deadline = time.monotonic() + 60
+        while cluster.is_pulled(1, 1) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not cluster.is_pulled(1, 1) and cluster.pending_plugs() == []
+        echo.send("c")
+        assert _readline(echo.client, 30) == "echo c"
+    finally:
+        echo.close()
+
+
+def test_teardown_cancels_a_pending_timed_pull(emu: Any) -> None:
+    name = _emu.new_name()
+    with emu.EmuCluster(hosts=2, nics=2, rate="100mbit", name=name) as c:
+        c.pull(0, 1, seconds=600)
+        c.pull(1, 0, seconds=600)
+        assert c.pending_plugs() == [(0, 1), (1, 0)]
+    assert c.pending_plugs() == []
+    assert not [t for t in threading.enumerate() if t.name.startswith("emucluster-plug")]
+    assert emu.net.own_namespaces(name) == []
+
+
+def test_reset_connections_resets_every_tcp_connection_of_the_host(cluster: Any) -> None:
+    echo = _Echo(cluster, 0, 1, "10.77.0.1", 7002)
+    try:
+        echo.send("a")
+        assert _readline(echo.client, 30) == "echo a"
+        killed = cluster.reset_connections(1)
+        assert len(killed) == 1 and killed[0][1] == "10.77.0.1:7002", killed
+        assert killed[0][0].startswith("10.77.0.2:"), killed
+        line = _readline(echo.server, 30)  # the peer: a RST, not a clean close
+        assert line is not None and line.startswith("error ConnectionResetError"), line
+        echo.send("b")
+        line = _readline(echo.client, 30)
+        assert line is not None and line.startswith("error "), line  # ECONNABORTED locally
+        assert cluster.reset_connections(1) == []  # nothing left: nothing to do, no error
+        assert cluster.reset_connections(2) == []
+    finally:
+        echo.close()
+
+
+def test_reset_connections_says_so_where_ss_cannot_kill(
+    emu: Any, cluster: Any, tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # An ss that lists but never destroys: what ss -K does on a kernel without
+    # CONFIG_INET_DIAG_DESTROY (it skips the sockets it cannot destroy, silently).
+    real = shutil.which("ss")
+    assert real is not None
+    fake = tmp_path / "ss"
+    fake.write_text(f'#!/bin/sh\nfor a; do shift; [ "$a" = -K ] || set -- "$@" "$a"; done\n'
+                    f'exec {real} "$@"\n')  # fmt: skip
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}:{os.environ['PATH']}")
+    echo = _Echo(cluster, 0, 1, "10.77.0.1", 7003)
+    try:
+        says = (r"cannot reset the TCP connections of host 1: `ss -K` destroyed 0 of 1 \(still "
+                r"established: 10\.77\.0\.2:\d+ <-> 10\.77\.0\.1:7003\); this kernel cannot "
+                r"destroy sockets \(it needs CONFIG_INET_DIAG_DESTROY\)")  # fmt: skip
+        with pytest.raises(emu.EmuClusterError, match=says):
+            cluster.reset_connections(1)
+        echo.send("a")
+        assert _readline(echo.client, 30) == "echo a"  # nothing was done to it
+    finally:
+        echo.close()
+
+
+@pytest.mark.parametrize("cluster", [{"rate": "200mbit"}, {"rate": None}], indirect=True,
+                         ids=["shaped", "unshaped"])  # fmt: skip
+def test_a_cut_pair_drops_each_others_packets_while_both_reach_a_third_host(
+    emu: Any, cluster: Any
+) -> None:
+    everyone = {h: _addrs(cluster, h) for h in range(3)}
+    cluster.cut_pair(1, 0)
+    assert cluster.cut_pairs == [(0, 1)]
+    for h, expect in ((0, {1: False, 2: True}), (1, {0: False, 2: True}), (2, {0: True, 1: True})):
+        others = [a for o in expect for a in everyone[o]]
+        seen = _replies(_reach(cluster, h, others))
+        assert seen == {everyone[o][0]: ok for o, ok in expect.items()}, (h, seen)
+    assert emu.net.pair_drops(cluster.name, cluster.host(0)) > 0  # dropped at the switch, silently
+    if cluster.rate_bit is not None:
+        cluster.degrade(0, 2.0)  # re-shaping a port of the pair keeps the pair cut
+        assert not _replies(_reach(cluster, 0, everyone[1]))["10.77.0.2"]
+        assert _replies(_reach(cluster, 0, everyone[2]))["10.77.0.3"]
+    cluster.heal_pair(0, 1)
+    assert cluster.cut_pairs == []
+    assert all(_replies(_reach(cluster, 0, everyone[1] + everyone[2])).values())
+    assert all(_replies(_reach(cluster, 1, everyone[0])).values())
+    with pytest.raises(emu.EmuClusterError, match="a pair needs two hosts, not host 2 twice"):
+        cluster.cut_pair(2, 2)
+
+
+@pytest.mark.parametrize("cluster", [{"hosts": 3, "nics": 2}], indirect=True)
+def test_cli_fault_verbs(cluster: Any) -> None:
+    name = cluster.name
+    done = _cli("pull", "1", "1", "--name", name)
+    assert done.returncode == 0 and "h1 eth1: cable pulled" in done.stdout, done.stderr
+    assert cluster.is_pulled(1, 1)
+    done = _cli("cut-pair", "0", "2", "--name", name)
+    assert done.returncode == 0 and done.stdout == "h0 and h2 drop each other's packets\n"
+    assert cluster.cut_pairs == [(0, 2)]  # the state file carries it to other processes
+    assert not _replies(_reach(cluster, 2, ["10.77.0.1"]))["10.77.0.1"]
+    shown = _cli("status", "--name", name).stdout
+    assert re.search(r"10\.77\.1\.2 +pulled", shown), shown
+    assert "cut pairs (drop each other's packets): 0-2" in shown, shown
+    done = _cli("plug", "1", "1", "--name", name)
+    assert done.returncode == 0 and not cluster.is_pulled(1, 1), done.stderr
+    done = _cli("heal-pair", "2", "0", "--name", name)
+    assert done.returncode == 0 and _replies(_reach(cluster, 2, ["10.77.0.1"]))["10.77.0.1"]
+    done = _cli("pull", "2", "--seconds", "0.5", "--name", name)  # blocks, then plugs back
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == [
+        "h2 eth0: cable pulled for 0.5 s", "h2 eth0: plugged back in"
+    ]  # fmt: skip
+    assert not cluster.is_pulled(2, 0)
+    done = _cli("reset", "1", "--name", name)
+    assert done.returncode == 0 and done.stdout == "h1: reset 0 TCP connections\n", done.stdout

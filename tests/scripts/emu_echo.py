@@ -1,6 +1,9 @@
-"""TCP echo over an emulated cluster link, for tests/test_emucluster.py's cut/restore test.
+"""TCP echo over an emulated cluster link, for tests/test_emucluster.py's cut/restore, pull and
+reset tests.
 
-usage: emu_echo.py server PORT        echoes every byte back; prints "listening" once bound
+usage: emu_echo.py server PORT        echoes every byte back; prints "listening" once bound, and
+                                      when its connection ends "closed" (the peer closed it) or
+                                      "error <exception>" (e.g. a reset)
        emu_echo.py client ADDR PORT   for every line read from stdin: sends it on ONE connection,
                                       prints "echo <line>" when the echo comes back (or
                                       "error <exception>" and exits if the connection breaks)
@@ -18,10 +21,15 @@ def server(port: int) -> None:
         conn, _ = srv.accept()
         with conn:
             while True:
-                data = conn.recv(65536)
-                if not data:
+                try:
+                    data = conn.recv(65536)
+                    if not data:
+                        print("closed", flush=True)
+                        return
+                    conn.sendall(data)
+                except OSError as exc:
+                    print(f"error {type(exc).__name__}: {exc}", flush=True)
                     return
-                conn.sendall(data)
 
 
 def client(addr: str, port: int) -> None:

@@ -2,7 +2,9 @@
 
 `up` makes a cluster that outlives the command (its state under net.STATE_DIR; `up` first
 removes what an earlier cluster of the same name left); `run`, `cut`, `restore`, `degrade`,
-`perf` and `status` attach to it; `down` removes it. `run --hosts N` makes a cluster for that
+the faults (`pull`, `plug`, `reset`, `cut-pair`, `heal-pair`), `perf` and `status` attach to it;
+`down` removes it. `pull HOST NIC --seconds S` blocks for S seconds, then plugs the NIC back
+(also when interrupted). `run --hosts N` makes a cluster for that
 run alone. `run` prefixes every output line with [h<i>] (or [h<i>.<local>]) and exits with
 JobResult.worst: 0 if every process exited 0, 124 on --timeout, else the largest status among the
 processes the launcher did not kill (signal s = 128 + s). With --fail-fast (default) the first
@@ -17,6 +19,7 @@ import json
 import os
 import signal
 import sys
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -34,19 +37,39 @@ from .cluster import (
 # Command line
 
 
+def _rate_text(rate_bit: int | None, factor: float) -> str:
+    rate = "unshaped" if rate_bit is None else net.format_rate(rate_bit)
+    if factor != 1.0:
+        rate += f"  (degraded, l = {factor:g})"
+    return rate
+
+
 def _describe(status: dict[str, Any]) -> str:
+    nics = int(status.get("nics", 1))
+    if nics == 1:
+        where = f"on bridge {net.BRIDGE}"
+    else:
+        where = f"of {nics} NICs on bridges {net.BRIDGE}..{net.bridge_name(nics - 1)}"
     lines = [
         (
-            f"emulated cluster {status['name']!r}: {status['size']} hosts on bridge {net.BRIDGE} "
+            f"emulated cluster {status['name']!r}: {status['size']} hosts {where} "
             f"(namespace {status['switch_netns']}), subnet {status['subnet']}"
         ),
         f"  {'host':<5} {'address':<15} {'namespace':<24} {'link':<5} rate (each way)",
     ]
     for h in status["hosts"]:
-        rate = "unshaped" if h["rate_bit"] is None else net.format_rate(h["rate_bit"])
-        if h["factor"] != 1.0:
-            rate += f"  (degraded, l = {h['factor']:g})"
-        lines.append(f"  {h['rank']:<5} {h['addr']:<15} {h['netns']:<24} {h['link']:<5} {rate}")
+        rate = _rate_text(h["rate_bit"], h["factor"])
+        link = h["link"] if nics == 1 else h["nics"][0]["link"]
+        if nics > 1:
+            rate += f"  ({h['ifname']})"
+        lines.append(f"  {h['rank']:<5} {h['addr']:<15} {h['netns']:<24} {link:<5} {rate}")
+        for n in h.get("nics", [])[1:]:
+            rate = _rate_text(n["rate_bit"], h["factor"]) + f"  ({n['ifname']})"
+            lines.append(f"  {'':<5} {n['addr']:<15} {'':<24} {n['link']:<5} {rate}")
+    pairs = status.get("cut_pairs") or []
+    if pairs:
+        shown = ", ".join(f"{a}-{b}" for a, b in pairs)
+        lines.append(f"  cut pairs (drop each other's packets): {shown}")
     extra = []
     if status["delay_us"]:
         extra.append(f"one-way delay {status['delay_us']} us")
@@ -64,8 +87,12 @@ def _describe(status: dict[str, Any]) -> str:
 
 def _add_shape_args(p: argparse.ArgumentParser, required: bool) -> None:
     p.add_argument("--hosts", type=int, required=required, help="number of emulated hosts")
+    p.add_argument("--nics", type=int, default=1, help="NICs per host, each on its own switch")
     p.add_argument(
-        "--rate", default="400mbit", help="link rate each way, tc units (none: unshaped)"
+        "--rate",
+        default="400mbit",
+        help="link rate each way, tc units (none: unshaped); with --nics, one for every NIC or "
+        "a comma list, one per NIC (200mbit,100mbit)",
     )
     p.add_argument(
         "--degrade",
@@ -118,9 +145,30 @@ def _parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--env", action="append", default=[], metavar="KEY=VALUE")
     p.add_argument("cmd", nargs=argparse.REMAINDER, help="-- CMD ARGS...")
-    for verb, what in (("cut", "take host RANK's link down"), ("restore", "bring it back up")):
+    for verb, what in (
+        ("cut", "take every link of host RANK down"),
+        ("restore", "bring them back up"),
+        ("reset", "reset every established TCP connection of host RANK (ss -K)"),
+    ):
         p = sub.add_parser(verb, help=what)
         p.add_argument("rank", type=int)
+        p.add_argument("--name", **name_kw)
+    p = sub.add_parser("pull", help="pull the cable of host RANK's NIC (for good, or --seconds)")
+    p.add_argument("rank", type=int)
+    p.add_argument("nic", type=int, nargs="?", default=0, help="NIC index (default 0)")
+    p.add_argument("--seconds", type=float, help="plug it back after this long (blocks meanwhile)")
+    p.add_argument("--name", **name_kw)
+    p = sub.add_parser("plug", help="plug host RANK's NIC back in")
+    p.add_argument("rank", type=int)
+    p.add_argument("nic", type=int, nargs="?", default=0, help="NIC index (default 0)")
+    p.add_argument("--name", **name_kw)
+    for verb, what in (
+        ("cut-pair", "hosts A and B drop each other's packets (both reach the others)"),
+        ("heal-pair", "undo cut-pair A B"),
+    ):
+        p = sub.add_parser(verb, help=what)
+        p.add_argument("a", type=int)
+        p.add_argument("b", type=int)
         p.add_argument("--name", **name_kw)
     p = sub.add_parser("degrade", help="re-shape hosts: RANK=L (L = 1: healthy again)")
     p.add_argument("specs", nargs="+", metavar="RANK=L")
@@ -160,6 +208,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
             args.port,
             args.congestion,
             args.slow_start_after_idle,
+            nics=args.nics,
         )
     else:
         cluster = EmuCluster.attach(args.name or DEFAULT_NAME)
@@ -193,6 +242,7 @@ def _dispatch(args: argparse.Namespace) -> int:
             args.port,
             args.congestion,
             args.slow_start_after_idle,
+            nics=args.nics,
         ).up()
         status = c.status()
         print(json.dumps(status, indent=1) if args.json else _describe(status))
@@ -240,7 +290,41 @@ def _dispatch(args: argparse.Namespace) -> int:
         c.cut(args.rank)
     elif args.command == "restore":
         c.restore(args.rank)
+    elif args.command == "pull":
+        _cmd_pull(c, args.rank, args.nic, args.seconds)
+    elif args.command == "plug":
+        c.plug(args.rank, args.nic)
+        print(f"h{args.rank} {c.host(args.rank).nic(args.nic).ifname}: plugged in")
+    elif args.command == "reset":
+        conns = c.reset_connections(args.rank)
+        print(f"h{args.rank}: reset {len(conns)} TCP connection{'s' if len(conns) != 1 else ''}")
+        for local, peer in conns:
+            print(f"  {local} <-> {peer}")
+    elif args.command == "cut-pair":
+        c.cut_pair(args.a, args.b)
+        print(f"h{args.a} and h{args.b} drop each other's packets")
+    elif args.command == "heal-pair":
+        c.heal_pair(args.a, args.b)
+        print(f"h{args.a} and h{args.b} reach each other again")
     return 0
+
+
+def _cmd_pull(c: EmuCluster, rank: int, nic: int, seconds: float | None) -> None:
+    """Pulls the NIC; with `seconds`, waits them out and plugs it back (also when interrupted:
+    this process's timer would die with it)."""
+    if seconds is not None and not seconds > 0:
+        raise EmuClusterError(f"pull: --seconds must be > 0, not {seconds:g}")
+    c.pull(rank, nic)
+    ifname = c.host(rank).nic(nic).ifname
+    if seconds is None:
+        print(f"h{rank} {ifname}: cable pulled (`plug {rank} {nic}` puts it back)")
+        return
+    print(f"h{rank} {ifname}: cable pulled for {seconds:g} s", flush=True)
+    try:
+        time.sleep(seconds)
+    finally:
+        c.plug(rank, nic)
+    print(f"h{rank} {ifname}: plugged back in")
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -1,20 +1,26 @@
-"""The network half of stragg.emucluster: namespaces, bridge, veths, tc shaping, link cuts.
+"""The network half of stragg.emucluster: namespaces, bridges, veths, tc shaping, link cuts and
+the fault actions (a NIC's cable pulled, a host's TCP connections reset, a pair of hosts cut).
 
-Layout of a cluster called NAME with N hosts (every name below lives only inside namespaces this
-module creates; the caller's own namespace gains nothing, no route, no address, no rule):
+Layout of a cluster called NAME with N hosts of K NICs (every name below lives only inside
+namespaces this module creates; the caller's own namespace gains nothing, no route, no address,
+no rule):
 
-    emu-NAME-sw   the "switch": bridge br0 and one port h<i> per host (the switch side of a veth)
-    emu-NAME-h<i> host i: lo (up) and eth0 (the host side of that veth), address i+1 of the subnet
+    emu-NAME-sw   the "switches": bridge br<k> per NIC index k, and on it one port per host, the
+                  switch side of a veth: h<i> for NIC 0, h<i>n<k> for NIC k > 0
+    emu-NAME-h<i> host i: lo (up) and eth<k> (the host side of those veths); eth<k> has address
+                  i+1 of subnet k: the cluster's subnet for k = 0, then the next ones of its size
+                  (10.77.0.0/24, 10.77.1.0/24, ...). Names resolve to the NIC 0 addresses.
 
-Every host link is shaped in both directions with an htb class at the host's rate: on eth0's
-egress (host -> switch, the host's upload) and on port h<i>'s egress (switch -> host, its
-download). Optional one-way delay (netem) and loss act on eth0's egress only, so every packet,
-whichever host sends it, is delayed and dropped once: end to end, the loss probability and the
-one-way delay are exactly the configured ones. Loss is a classic-BPF filter (`ld rand`) that
-classifies the unlucky packets into a class whose leaf queue holds nothing (pfifo limit 0), so it
-works on kernels built without netem; generic segmentation is turned off on eth0 then, so a loss
-is one wire packet, not a 64 KiB super-packet. Without loss a super-packet holds at most 8 frames:
-htb lets one through whenever it has any credit, so 64 KiB ones let short transfers beat the rate.
+Every NIC is shaped on its own in both directions with an htb class at its rate: on eth<k>'s
+egress (host -> switch, the NIC's upload) and on its switch port's egress (switch -> host, its
+download). Optional one-way delay (netem) and loss act on the host side's egress only (of every
+NIC), so every packet, whichever host sends it, is delayed and dropped once: end to end, the loss
+probability and the one-way delay are exactly the configured ones. Loss is a classic-BPF filter
+(`ld rand`) that classifies the unlucky packets into a class whose leaf queue holds nothing (pfifo
+limit 0), so it works on kernels built without netem; generic segmentation is turned off on the
+NIC then, so a loss is one wire packet, not a 64 KiB super-packet. Without loss a super-packet
+holds at most 8 frames: htb lets one through whenever it has any credit, so 64 KiB ones let short
+transfers beat the rate.
 
 Every host runs TCP congestion control `reno` unless told otherwise (set_congestion): the
 namespaces would inherit the machine's default, which may be bbr, and BBR (v1) leaves these
@@ -26,10 +32,24 @@ do (set_slow_start_after_idle): with the kernel's 1, a connection idle for longe
 retransmission timeout (200 ms or more) restarts slow start, which costs every collective that
 talks to a peer again after a pause.
 
-A cut takes the switch-side port h<i> down: host i's eth0 loses its carrier (as a NIC whose cable
-is pulled) and every packet between host i and the others vanishes without an error, RST or ICMP
-on either side, exactly what peers see when a real link dies. Restoring brings the port up; TCP
-connections that have not timed out resume.
+A cut (or a pulled NIC: the same for one NIC) takes the switch-side port down: the host's
+eth<k> loses its carrier (as a NIC whose cable is pulled) and every packet between it and the
+others vanishes without an error, RST or ICMP on either side, exactly what peers see when a real
+link dies. Restoring (plugging) brings the port up; TCP connections that have not timed out
+resume.
+
+A cut pair (hosts a and b drop each other's packets, both still reach everyone else) is a u32
+filter on the egress of each of their switch ports: on a's ports, IPv4 packets whose source is
+any of b's addresses go to class 1:3, whose leaf queue holds nothing (pfifo limit 0, as the loss
+class), and the same on b's ports for a's addresses; ARP still passes, as through a router that
+drops a route. Ports of an unshaped cluster get an htb root whose default is no class (packets
+pass unshaped) to hang the filter on while a pair is cut.
+
+A connection reset destroys every established TCP socket inside a host's namespace (`ss -K`:
+SOCK_DESTROY, the kernel's CONFIG_INET_DIAG_DESTROY): the local socket fails with ECONNABORTED
+and the kernel sends the peer a RST, what a NIC reset or a middlebox dropping its state does.
+Where the kernel cannot destroy sockets, ss prints nothing and kills nothing: the sockets are
+listed again afterwards, and survivors raise an EmuClusterError saying so.
 """
 
 from __future__ import annotations
@@ -46,8 +66,9 @@ import time
 from typing import Any
 
 NS_PREFIX = "emu-"
-HOST_IF = "eth0"
-BRIDGE = "br0"
+HOST_IF = "eth0"  # NIC 0 inside a host (NIC k: eth<k>, host_ifname(k))
+BRIDGE = "br0"  # NIC 0's switch (NIC k: br<k>, bridge_name(k))
+MAX_NICS = 8
 DEFAULT_SUBNET = "10.77.0.0/24"
 STATE_DIR = os.environ.get("STRAGG_EMUCLUSTER_STATE_DIR", "/run/stragg-emucluster")
 NETNS_ETC = "/etc/netns"  # `ip netns exec NS` bind-mounts /etc/netns/NS/hosts over /etc/hosts
@@ -68,15 +89,65 @@ class PrivilegeError(EmuClusterError):
 
 
 @dataclasses.dataclass(frozen=True)
+class Nic:
+    """One NIC of an emulated host: eth<index> inside the host, port on switch br<index>."""
+
+    index: int
+    ifname: str  # inside the host's namespace
+    port: str  # the switch-side end of its veth, in the switch namespace
+    bridge: str  # the switch (bridge) it is plugged into, in the switch namespace
+    addr: str
+    prefixlen: int = 24
+
+
+@dataclasses.dataclass(frozen=True)
 class Host:
-    """One emulated host: its namespace, interface, address and shaping factor (rate = R / l)."""
+    """One emulated host: its namespace, NIC 0's interface, port and address (the host's name
+    resolves to it), every NIC, and its shaping factor (every NIC's rate = R_k / l)."""
 
     rank: int
     netns: str
     ifname: str
-    port: str  # the switch-side end of its veth, in the switch namespace
+    port: str  # NIC 0's switch-side end of its veth, in the switch namespace
     addr: str
     factor: float = 1.0
+    nics: tuple[Nic, ...] = ()
+
+    def __post_init__(self) -> None:
+        if not self.nics:  # one NIC (a state file written before NICs were listed)
+            object.__setattr__(self, "nics", (Nic(0, self.ifname, self.port, BRIDGE, self.addr),))
+
+    def nic(self, index: int) -> Nic:
+        if not 0 <= index < len(self.nics):
+            raise EmuClusterError(
+                f"host {self.rank} has no NIC {index} (NICs 0..{len(self.nics) - 1})"
+            )
+        return self.nics[index]
+
+    def with_factor(self, factor: float) -> Host:
+        return dataclasses.replace(self, factor=factor)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Host:
+        d = dict(d)
+        d["nics"] = tuple(Nic(**n) for n in d.get("nics") or ())
+        return cls(**d)
+
+
+def host_ifname(index: int) -> str:
+    return f"eth{index}"
+
+
+def bridge_name(index: int) -> str:
+    return f"br{index}"
+
+
+def port_name(rank: int, index: int) -> str:
+    """The switch-side end of host `rank`'s NIC `index` (h<rank> for NIC 0, as before NICs)."""
+    return f"h{rank}" if index == 0 else f"h{rank}n{index}"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -97,6 +168,23 @@ _RATE_UNITS = {
     "mbps": 8e6,
     "gbps": 8e9,
 }
+
+
+def parse_rates(value: Any, nics: int) -> list[int] | None:
+    """A cluster's rate (one for every NIC, or a list with one per NIC) -> bit/s per NIC;
+    None (or 'none') leaves every NIC unshaped. '200mbit,100mbit' is a list too."""
+    if value is None or value == "none":
+        return None
+    if isinstance(value, str) and "," in value:
+        value = [v for v in value.split(",")]
+    if isinstance(value, (list, tuple)):
+        if len(value) != nics:
+            raise EmuClusterError(
+                f"{len(value)} rates for {nics} NIC{'s' if nics != 1 else ''}: give one rate, "
+                "or one per NIC"
+            )
+        return [parse_rate(v) for v in value]
+    return [parse_rate(value)] * nics
 
 
 def parse_rate(text: str | int) -> int:
@@ -320,39 +408,62 @@ def remove(name: str, grace_s: float = 2.0) -> list[str]:
     return found
 
 
-def create(name: str, count: int, subnet: str = DEFAULT_SUBNET) -> list[Host]:
-    """Creates the switch and `count` hosts (unshaped). The caller removes leftovers first."""
+def nic_subnets(subnet: str, nics: int) -> list[ipaddress.IPv4Network]:
+    """NIC k's subnet: `subnet` for k = 0, then the next blocks of its size (10.77.0.0/24,
+    10.77.1.0/24, ...)."""
     try:
         net = ipaddress.ip_network(subnet, strict=True)
     except ValueError as exc:
         raise EmuClusterError(f"bad subnet {subnet!r}: {exc}") from exc
     if not isinstance(net, ipaddress.IPv4Network):
         raise EmuClusterError(f"subnet {subnet!r} is not IPv4")
-    if count < 1 or count > net.num_addresses - 2:
+    if not 1 <= nics <= MAX_NICS:
+        raise EmuClusterError(f"nics must be 1..{MAX_NICS}, not {nics}")
+    out = []
+    for k in range(nics):
+        first = int(net.network_address) + k * net.num_addresses
+        if first + net.num_addresses > 2**32:
+            raise EmuClusterError(f"{nics} NICs' subnets do not fit after {subnet}")
+        out.append(ipaddress.IPv4Network((first, net.prefixlen)))
+    return out
+
+
+def create(name: str, count: int, subnet: str = DEFAULT_SUBNET, nics: int = 1) -> list[Host]:
+    """Creates the switches and `count` hosts of `nics` NICs each (unshaped). The caller
+    removes leftovers first."""
+    nets = nic_subnets(subnet, nics)
+    if count < 1 or count > nets[0].num_addresses - 2:
         raise EmuClusterError(
-            f"{count} hosts do not fit in subnet {subnet} (1..{net.num_addresses - 2})"
+            f"{count} hosts do not fit in subnet {subnet} (1..{nets[0].num_addresses - 2})"
         )
-    addrs = list(net.hosts())[:count]
+    addrs = [list(n.hosts())[:count] for n in nets]
     sw = switch_ns(name)
     ip(None, f"netns add {sw}")
     ip(sw, "link set lo up")
-    ip(sw, f"link add {BRIDGE} type bridge")
-    ip(sw, f"link set {BRIDGE} addrgenmode none")
-    ip(sw, f"link set {BRIDGE} up")
+    for k in range(nics):
+        br = bridge_name(k)
+        ip(sw, f"link add {br} type bridge")
+        ip(sw, f"link set {br} addrgenmode none")
+        ip(sw, f"link set {br} up")
     hosts = []
     for rank in range(count):
-        ns, port = host_ns(name, rank), f"h{rank}"
+        ns = host_ns(name, rank)
         ip(None, f"netns add {ns}")
-        # Both ends are born inside our namespaces: the caller's namespace never sees them.
-        ip(sw, f"link add {port} type veth peer name {HOST_IF} netns {ns}")
-        ip(sw, f"link set {port} addrgenmode none")
-        ip(sw, f"link set {port} master {BRIDGE}")
-        ip(sw, f"link set {port} up")
         ip(ns, "link set lo up")
-        ip(ns, f"link set {HOST_IF} addrgenmode none")  # no IPv6 chatter
-        ip(ns, f"addr add {addrs[rank]}/{net.prefixlen} dev {HOST_IF}")
-        ip(ns, f"link set {HOST_IF} up")
-        hosts.append(Host(rank, ns, HOST_IF, port, str(addrs[rank])))
+        host_nics = []
+        for k in range(nics):
+            port, ifname, br = port_name(rank, k), host_ifname(k), bridge_name(k)
+            # Both ends are born inside our namespaces: the caller's namespace never sees them.
+            ip(sw, f"link add {port} type veth peer name {ifname} netns {ns}")
+            ip(sw, f"link set {port} addrgenmode none")
+            ip(sw, f"link set {port} master {br}")
+            ip(sw, f"link set {port} up")
+            ip(ns, f"link set {ifname} addrgenmode none")  # no IPv6 chatter
+            ip(ns, f"addr add {addrs[k][rank]}/{nets[k].prefixlen} dev {ifname}")
+            ip(ns, f"link set {ifname} up")
+            host_nics.append(Nic(k, ifname, port, br, str(addrs[k][rank]), nets[k].prefixlen))
+        n0 = host_nics[0]
+        hosts.append(Host(rank, ns, n0.ifname, n0.port, n0.addr, 1.0, tuple(host_nics)))
     _write_hosts_files(name, hosts)
     return hosts
 
@@ -463,20 +574,141 @@ def _shape_dev(netns: str, dev: str, rate_bit: int, loss: float, delay_us: int) 
     ip(netns, f"link set dev {dev} gso_max_segs {1 if loss else GSO_SEGS}")
 
 
-def shape(name: str, host: Host, rate_bit: int, loss: float = 0.0, delay_us: int = 0) -> None:
-    """Both directions of host's link at rate_bit; delay and loss on its egress only."""
-    _shape_dev(host.netns, host.ifname, rate_bit, loss, delay_us)
-    _shape_dev(switch_ns(name), host.port, rate_bit, 0.0, 0)
+def shape(
+    name: str, host: Host, rate_bit: int, loss: float = 0.0, delay_us: int = 0, nic: int = 0
+) -> None:
+    """Both directions of host's NIC `nic` at rate_bit; delay and loss on its egress only.
+    Re-shaping a port drops its cut-pair filters: the caller applies them again
+    (set_pair_filters)."""
+    n = host.nic(nic)
+    _shape_dev(host.netns, n.ifname, rate_bit, loss, delay_us)
+    _shape_dev(switch_ns(name), n.port, rate_bit, 0.0, 0)
 
 
-def set_link(name: str, host: Host, up: bool) -> None:
-    ip(switch_ns(name), f"link set dev {host.port} {'up' if up else 'down'}")
+def set_link(name: str, host: Host, up: bool, nic: int | None = None) -> None:
+    """Host's NIC `nic` (None: every NIC) plugged in (up) or its cable pulled (down)."""
+    nics = host.nics if nic is None else (host.nic(nic),)
+    for n in nics:
+        ip(switch_ns(name), f"link set dev {n.port} {'up' if up else 'down'}")
 
 
-def link_is_up(name: str, host: Host) -> bool:
-    out = ip(switch_ns(name), f"-j link show dev {host.port}").stdout
+def link_is_up(name: str, host: Host, nic: int = 0) -> bool:
+    out = ip(switch_ns(name), f"-j link show dev {host.nic(nic).port}").stdout
     flags = json.loads(out)[0].get("flags", [])
     return "UP" in flags
+
+
+# Cut pairs: on a switch port's egress, packets from a host it is cut from go to class 1:3,
+# whose queue holds nothing. Class 1:1 (the rate) and 1:2 (loss, host side only) are shaping's.
+_DROP_CLASS = "1:3"
+_PAIR_PRIO = 3
+
+
+def _has_htb_root(netns: str, dev: str) -> bool:
+    out = tc(netns, f"-j qdisc show dev {dev} root").stdout
+    try:
+        qdiscs = json.loads(out or "[]")
+    except ValueError:
+        return False
+    return any(q.get("kind") == "htb" and q.get("handle") == "1:" for q in qdiscs)
+
+
+def _has_class(netns: str, dev: str, classid: str) -> bool:
+    return bool(tc(netns, f"class show dev {dev} classid {classid}").stdout.strip())
+
+
+def set_pair_filters(name: str, host: Host, blocked: list[str], shaped: bool) -> None:
+    """Every switch port of `host` drops the IPv4 packets whose source is in `blocked` (the
+    addresses of the hosts it is cut from) and passes the rest; [] removes the filters.
+    `shaped`: the ports carry shaping's htb root (else one is added, with no default class so
+    that every other packet passes unshaped, and removed again with the last filter)."""
+    sw = switch_ns(name)
+    for n in host.nics:
+        # Deleting the filters of this priority is idempotent (an error when there are none).
+        tc(sw, f"filter del dev {n.port} parent 1: protocol ip prio {_PAIR_PRIO}", check=False)
+        if not blocked:
+            if not shaped and _has_htb_root(sw, n.port):
+                tc(sw, f"qdisc del dev {n.port} root")
+            continue
+        if not _has_htb_root(sw, n.port):
+            if shaped:
+                raise EmuClusterError(f"switch port {n.port} of host {host.rank} lost its qdisc")
+            tc(sw, f"qdisc add dev {n.port} root handle 1: htb default 0")
+        if not _has_class(sw, n.port, _DROP_CLASS):
+            tc(sw, f"class add dev {n.port} parent 1: classid {_DROP_CLASS} htb rate 8kbit")
+            tc(sw, f"qdisc add dev {n.port} parent {_DROP_CLASS} handle 30: pfifo limit 0")
+        for addr in blocked:
+            tc(sw, f"filter add dev {n.port} parent 1: protocol ip prio {_PAIR_PRIO} u32 match ip "
+                   f"src {addr}/32 flowid {_DROP_CLASS}")  # fmt: skip
+
+
+def pair_drops(name: str, host: Host) -> int:
+    """Packets the cut-pair filters of host's switch ports dropped so far (for checks)."""
+    total = 0
+    for n in host.nics:
+        out = tc(switch_ns(name), f"-s class show dev {n.port} classid {_DROP_CLASS}").stdout
+        m = re.search(r"\(dropped (\d+)", out)
+        total += int(m.group(1)) if m else 0
+    return total
+
+
+# ---------------------------------------------------------------------------------------------
+# TCP connections
+
+
+def _ss() -> str:
+    found = shutil.which("ss")
+    if found is None:
+        raise EmuClusterError("resetting connections needs the `ss` command (Debian iproute2)")
+    return found
+
+
+def _endpoint(text: str) -> str:
+    """ss's '[::ffff:10.77.0.1]:29500' -> '10.77.0.1:29500' (IPv4-mapped addresses unwrapped)."""
+    return re.sub(r"^\[::ffff:([0-9.]+)\]", r"\1", text)
+
+
+def _established(host: Host, kill: bool) -> list[tuple[str, str]]:
+    """The established TCP connections in host's namespace as (local, peer) 'addr:port' pairs;
+    kill=True destroys them (ss -K) and returns those ss reports destroyed."""
+    argv = ["ip", "netns", "exec", host.netns, _ss(), *(["-K"] if kill else []),
+            "-t", "-n", "-H", "state", "established"]  # fmt: skip
+    done = _cmd(argv, check=False)
+    if done.returncode != 0:
+        raise EmuClusterError(
+            f"`ss{' -K' if kill else ''}` in host {host.rank}'s namespace failed: "
+            f"{done.stderr.strip() or done.stdout.strip()}"
+        )
+    conns = []
+    for line in done.stdout.splitlines():
+        fields = line.split()
+        # Recv-Q Send-Q Local:Port Peer:Port [Process]
+        if len(fields) >= 4:
+            conns.append((_endpoint(fields[2]), _endpoint(fields[3])))
+    return conns
+
+
+def reset_connections(host: Host) -> list[tuple[str, str]]:
+    """Destroys every established TCP connection in host's namespace (the peers get a RST);
+    returns them as (local, peer). Raises EmuClusterError when some survive: the kernel cannot
+    destroy sockets (it lacks CONFIG_INET_DIAG_DESTROY), which ss itself does not report."""
+    before = set(_established(host, kill=False))
+    reported = _established(host, kill=True)
+    # What ss printed is no proof: it is what it tried. A connection of `before` still
+    # established now was not destroyed (one that came up meanwhile is not in `before`).
+    after = set(_established(host, kill=False))
+    survivors = sorted(before & after)
+    killed = sorted(set(reported) - after)
+    if survivors:
+        local, peer = survivors[0]
+        raise EmuClusterError(
+            f"cannot reset the TCP connections of host {host.rank}: `ss -K` destroyed "
+            f"{len(killed)} of {len(before)} (still established: {local} <-> {peer}"
+            f"{f' and {len(survivors) - 1} more' if len(survivors) > 1 else ''}); this kernel "
+            "cannot destroy sockets (it needs CONFIG_INET_DIAG_DESTROY), so a connection reset "
+            "cannot be emulated here"
+        )
+    return killed
 
 
 # ---------------------------------------------------------------------------------------------
