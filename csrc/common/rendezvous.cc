@@ -10,21 +10,31 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 
-// What a timed-out rank can add when rank 0 hosts the store and is among the missing: rank 0
-// waits in torch's TCPStore until every process connected, so the rank that never started is
-// among the others.
-std::string store_host_hint(const Rendezvous& rdv, const std::vector<int>& missing, int size) {
-  if (!rdv.hosted_by_rank0() || missing.empty() || missing[0] != 0) return "";
+// When rank 0's process hosts the store (Rendezvous::hosted_by_rank0), it enters stragg's setup
+// only after every process connected to the store: torch's TCPStore waits for them in its
+// constructor there. Rank 0 missing together with other ranks, before any record of rank 0
+// arrived, is then rank 0 waiting for them, not a second fault: only the others are named, and
+// the hint says why rank 0 is not (torch raises 'N/size clients joined' on rank 0 itself).
+// Rank 0 missing alone, or after it joined an earlier exchange, is named as such.
+struct Absent {
+  std::vector<int> ranks;
+  std::string hint;
+};
+
+Absent absent_ranks(const Rendezvous& rdv, const std::vector<int>& missing, int size) {
+  Absent a{missing, ""};
+  if (!rdv.hosted_by_rank0() || rdv.rank0_joined() || missing.size() < 2 || missing[0] != 0) {
+    return a;
+  }
+  a.ranks.erase(a.ranks.begin());
   std::ostringstream m;
   m << " (rank 0 hosts " << rdv.describe() << " and enters stragg's setup only after all " << size
-    << " processes connected to it; torch's TCPStore raises 'N/" << size
-    << " clients joined' on rank 0 when one never does";
-  if (missing.size() > 1) {
-    m << ": the process that never started is "
-      << ranks_list(std::vector<int>(missing.begin() + 1, missing.end()));
-  }
-  m << ")";
-  return m.str();
+    << " processes connected to it, so it waits for "
+    << (a.ranks.size() == 1 ? "that one" : "those") << " in torch's TCPStore, which raises 'N/"
+    << size << " clients joined' there: the process that never started is "
+    << (a.ranks.size() == 1 ? "" : "among ") << ranks_list(a.ranks) << ")";
+  a.hint = m.str();
+  return a;
 }
 
 }  // namespace
@@ -51,6 +61,7 @@ std::vector<std::string> exchange_all(Rendezvous& rdv, const std::string& prefix
   std::vector<bool> have(size, false);
   values[rank] = value;
   have[rank] = true;
+  if (rank == 0) rdv.note_rank0_joined();
   int waiting_for = -1;  // for a store error's message
   try {
     rdv.set(key(rank), value);
@@ -62,6 +73,7 @@ std::vector<std::string> exchange_all(Rendezvous& rdv, const std::string& prefix
       if (auto got = rdv.get(key(peer), left)) {
         values[peer] = std::move(*got);
         have[peer] = true;
+        if (peer == 0) rdv.note_rank0_joined();
         continue;
       }
       // Out of time: name the ranks whose records are still not there (some may just have come).
@@ -79,11 +91,11 @@ std::vector<std::string> exchange_all(Rendezvous& rdv, const std::string& prefix
         missing.push_back(q);
       }
       if (missing.empty()) break;
+      const Absent absent = absent_ranks(rdv, missing, size);
       std::ostringstream msg;
       msg << head << " timed out after "
           << std::chrono::duration_cast<std::chrono::milliseconds>(timeout).count() / 1000.0
-          << " s: " << ranks_list(missing) << " did not join"
-          << store_host_hint(rdv, missing, size);
+          << " s: " << ranks_list(absent.ranks) << " did not join" << absent.hint;
       throw TimeoutError(msg.str());
     }
   } catch (const StoreError& e) {

@@ -23,14 +23,25 @@ class Rendezvous {
   // For messages: "the TCPStore at 10.0.0.1:29500".
   virtual std::string describe() const { return "the rendezvous store"; }
   // True when rank 0's process hosts the store (MASTER_ADDR or a tcp:// init_method without
-  // torchrun's agent store): then rank 0 enters stragg's setup only after every process
-  // connected to the store, and a process that never starts shows up as rank 0 missing too.
+  // torchrun's agent store) and this is the default group's setup: then rank 0 enters stragg's
+  // setup only after every process connected to the store, so while a process never starts
+  // rank 0 is missing too (it waits in torch's TCPStore); exchange_all names only the absent
+  // process then, until rank 0's first record arrived (rank0_joined).
   virtual bool hosted_by_rank0() const { return false; }
+
+  // Whether a record of rank 0 arrived through this rendezvous (exchange_all notes it): rank 0
+  // is past torch's TCPStore wait, so later exchanges name it like any other rank.
+  bool rank0_joined() const { return rank0_joined_; }
+  void note_rank0_joined() { rank0_joined_ = true; }
+
+ private:
+  bool rank0_joined_ = false;
 };
 
 // Every rank publishes `value` under "<prefix>/<rank>" and collects everybody's values, in rank
 // order. Throws stragg::TimeoutError naming the ranks that did not publish in time (never this
-// rank), e.g. "stragg: rank 0: <what> timed out after 30 s: rank 3 did not join", and
+// rank), e.g. "stragg: rank 0: <what> timed out after 30 s: rank 3 did not join" (where rank 0
+// hosts the store and is missing with others, only the others: see hosted_by_rank0), and
 // stragg::StoreError at once when the store fails, naming it and the underlying error.
 std::vector<std::string> exchange_all(Rendezvous& rdv, const std::string& prefix, int rank,
                                       int size, const std::string& value,

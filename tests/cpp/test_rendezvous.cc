@@ -92,17 +92,48 @@ TEST(ExchangeAll, AFailingStoreRaisesAtOnceNamingItAndTheError) {
   }
 }
 
-TEST(ExchangeAll, WhenRank0HostsTheStoreTheAbsentProcessIsNamed) {
+TEST(ExchangeAll, WhenRank0HostsTheStoreOnlyTheAbsentProcessIsNamed) {
+  // Rank 0 waits in torch's TCPStore for the process that never connected: it is missing from
+  // stragg's setup too, but only the absent process is named, with why rank 0 is not.
   ScriptedStore s;
   s.rank0_hosts = true;
   s.kv = {{"hello/1", "b"}, {"hello/2", "c"}};
-  const std::string m = timeout_message(s, 1, 4);
-  EXPECT_EQ(m.find("stragg: rank 1: process group setup timed out after 0.005 s: ranks [0, 3] "
-                   "did not join (rank 0 hosts the TCPStore at 10.0.0.1:29500 and enters "
-                   "stragg's setup only after all 4 processes connected to it"),
+  EXPECT_EQ(timeout_message(s, 1, 4),
+            "stragg: rank 1: process group setup timed out after 0.005 s: rank 3 did not join "
+            "(rank 0 hosts the TCPStore at 10.0.0.1:29500 and enters stragg's setup only after "
+            "all 4 processes connected to it, so it waits for that one in torch's TCPStore, "
+            "which raises 'N/4 clients joined' there: the process that never started is rank 3)");
+  ScriptedStore two;
+  two.rank0_hosts = true;
+  two.kv = {{"hello/1", "b"}};
+  const std::string m = timeout_message(two, 1, 4);
+  EXPECT_EQ(m.find("stragg: rank 1: process group setup timed out after 0.005 s: ranks [2, 3] "
+                   "did not join (rank 0 hosts"),
             0u)
       << m;
-  EXPECT_NE(m.find("the process that never started is rank 3"), std::string::npos) << m;
+  EXPECT_NE(m.find("the process that never started is among ranks [2, 3])"), std::string::npos)
+      << m;
+  // Every other rank joined: rank 0 itself is late (its TCPStore wait is over), and named.
+  ScriptedStore late0;
+  late0.rank0_hosts = true;
+  late0.kv = {{"hello/1", "b"}, {"hello/2", "c"}, {"hello/3", "d"}};
+  EXPECT_EQ(timeout_message(late0, 1, 4),
+            "stragg: rank 1: process group setup timed out after 0.005 s: rank 0 did not join");
+  // Rank 0 joined an earlier exchange of this setup: it is past torch's TCPStore wait, and a
+  // later exchange that misses it names it.
+  ScriptedStore after;
+  after.rank0_hosts = true;
+  after.kv = {{"first/0", "a"}, {"first/2", "c"}, {"first/3", "d"}, {"hello/2", "c"}};
+  exchange_all(after, "first", 1, 4, "b", milliseconds(5), "shm transport setup");
+  EXPECT_EQ(timeout_message(after, 1, 4),
+            "stragg: rank 1: process group setup timed out after 0.005 s: ranks [0, 3] did not "
+            "join");
+  // Not hosted by rank 0 (torchrun's agent store, a store of its own): every absent rank named.
+  ScriptedStore agent;
+  agent.kv = {{"hello/1", "b"}, {"hello/2", "c"}};
+  EXPECT_EQ(timeout_message(agent, 1, 4),
+            "stragg: rank 1: process group setup timed out after 0.005 s: ranks [0, 3] did not "
+            "join");
   s.fail = true;
   try {
     exchange_all(s, "hello", 2, 4, "c", milliseconds(5), "process group setup");
