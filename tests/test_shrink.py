@@ -5,6 +5,8 @@ test_shrink_hosts.py).
   parameters equal a fresh 3-rank run from the failure step's checkpoint; Gloo refuses;
 - three successive shrinks 4 -> 3 -> 2 -> 1 after kill -9: float64 reference, bitwise identical
   ranks, DDP and a DeviceMesh on the 3-rank group, nothing leaked (shm, fds, threads, processes);
+- a rank killed while the others are still inside init_process_group (in the inner Gloo
+  backend's setup): every survivor raises DistBackendError naming it, within the timeout;
 - a healthy group shrunk with SHRINK_DEFAULT / SHRINK_ABORT: the excluded rank, still alive, is
   told why when it uses the old group;
 - errors, each named: an excluded rank calling shrink, a rank outside the group, excluding
@@ -22,6 +24,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from datetime import timedelta
 from pathlib import Path
@@ -135,7 +138,11 @@ def ranks_agree_worker(rank: int, ws: int) -> dict[str, Any]:
     from torch.distributed.device_mesh import DeviceMesh
     from torch.nn.parallel import DistributedDataParallel as DDP
 
+    # Rank 1 dies only once every rank is out of init_process_group: killed while another was
+    # still inside it, the survivors' init would fail instead (a different test, below).
+    h.post("up", rank)
     if rank == 1:
+        assert h.wait_posted("up", range(4), timeout_s=90)
         _die()
     _fail_on_dead_peer()
     group = dist.shrink_group([1])
@@ -159,6 +166,48 @@ def test_shrunk_group_under_ddp_and_a_device_mesh_is_bitwise_identical_on_every_
     assert len({v["digest"] for v in vals}) == 1 and len({v["grad"] for v in vals}) == 1, vals
     assert all(v["mesh"]["size"] == 3 and v["mesh"]["rel_err"] < 1e-6 for v in vals), vals
     assert len({v["mesh"]["digest"] for v in vals}) == 1, vals
+
+
+# ----------------------------------------------------------------------------------------------
+# A rank that dies while the others are still inside init_process_group
+# ----------------------------------------------------------------------------------------------
+
+
+def dies_in_init_worker(rank: int, ws: int, when: str) -> dict[str, Any]:
+    """Rank 1 dies inside init_process_group while the others are still in theirs, in the inner
+    Gloo backend's setup (its constructor, wrapped here): 0.2 s into it, after publishing its
+    address, while ranks 2 and 3 start theirs 0.5 s late, so they connect to a dead rank or wait
+    for it to connect (Gloo's own wait would be 5 x the timeout); or before publishing it."""
+    real = dist.ProcessGroupGloo
+
+    def gloo(*args: Any, **kwargs: Any) -> Any:
+        if rank == 1:
+            if when == "before_its_address":
+                _die()
+            threading.Thread(target=lambda: (time.sleep(0.2), _die()), daemon=True).start()
+        elif rank >= 2:
+            time.sleep(0.5)
+        return real(*args, **kwargs)
+
+    dist.ProcessGroupGloo = gloo  # type: ignore[misc]
+    try:
+        out = h.capture(lambda: h.init_process_group(rank, ws))
+    finally:
+        dist.ProcessGroupGloo = real  # type: ignore[misc]
+    return {"ok": out.ok, "mro": out.exc_mro, "msg": out.msg}
+
+
+@pytest.mark.parametrize("when", ["after_its_address", "before_its_address"])
+def test_a_rank_dying_during_the_others_init_is_named_by_every_survivor(when: str) -> None:
+    # A 10 s timeout: Gloo's own connect wait (50 s) would run into the harness's deadline.
+    run = h.run_ranks(4, dies_in_init_worker, when, init=False, pg_timeout_s=10, timeout_s=45)
+    assert run[1].status == "died" and run[1].exitcode == -signal.SIGKILL, run.describe()
+    for r in (0, 2, 3):
+        v = run[r].value
+        assert run[r].ok and not v["ok"], run.describe()
+        assert "DistBackendError" in v["mro"], v
+        assert v["msg"].startswith(f"stragg: rank {r}: process group setup"), v
+        assert "rank 1 has died (process or connection gone)" in v["msg"], v
 
 
 # ----------------------------------------------------------------------------------------------
