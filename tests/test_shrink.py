@@ -6,7 +6,8 @@ test_shrink_hosts.py).
 - three successive shrinks 4 -> 3 -> 2 -> 1 after kill -9: float64 reference, bitwise identical
   ranks, DDP and a DeviceMesh on the 3-rank group, nothing leaked (shm, fds, threads, processes);
 - a rank killed while the others are still inside init_process_group (in the inner Gloo
-  backend's setup): every survivor raises DistBackendError naming it, within the timeout;
+  backend's setup): every survivor raises DistBackendError naming it, within the timeout; the
+  inner Gloo's collectives still wait the group's whole timeout;
 - a healthy group shrunk with SHRINK_DEFAULT / SHRINK_ABORT: the excluded rank, still alive, is
   told why when it uses the old group;
 - errors, each named: an excluded rank calling shrink, a rank outside the group, excluding
@@ -208,6 +209,20 @@ def test_a_rank_dying_during_the_others_init_is_named_by_every_survivor(when: st
         assert "DistBackendError" in v["mro"], v
         assert v["msg"].startswith(f"stragg: rank {r}: process group setup"), v
         assert "rank 1 has died (process or connection gone)" in v["msg"], v
+
+
+def late_broadcast_worker(rank: int, ws: int) -> dict[str, Any]:
+    t = torch.full((4,), float(rank + 1))
+    if rank == 1:
+        time.sleep(2.0)  # late by more than the fifth of the timeout the inner Gloo is built with
+    out = h.capture(lambda: dist.broadcast(t, src=0))
+    return {"ok": out.ok, "msg": out.msg, "value": t.tolist()}
+
+
+def test_the_inner_gloo_keeps_the_groups_timeout_for_its_collectives() -> None:
+    run = h.run_ranks(2, late_broadcast_worker, pg_timeout_s=5, timeout_s=120)
+    for v in run.values():
+        assert v["ok"] and v["value"] == [1.0] * 4, v
 
 
 # ----------------------------------------------------------------------------------------------
