@@ -566,7 +566,8 @@ def _tc_rates(netns: str, dev: str) -> list[int]:
 
     out = subprocess.run(["tc", "-n", netns, "class", "show", "dev", dev],
                          check=True, capture_output=True, text=True).stdout  # fmt: skip
-    return [net.parse_rate(r) for r in re.findall(r"^class htb \S+ .*? rate (\S+)", out, re.M)]
+    found = re.findall(r"^class htb \S+ .*? rate (\S+)", out, re.MULTILINE)
+    return [net.parse_rate(r) for r in found]
 
 
 class _Echo:

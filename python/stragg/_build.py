@@ -19,6 +19,7 @@ import dataclasses
 import logging
 import time
 from datetime import timedelta
+from functools import partial
 from typing import Any, Callable
 
 import torch
@@ -174,7 +175,7 @@ class _InnerSetup:
 
     def _absent(self, keys: list[str], ranks: list[int], what: str) -> list[int]:
         """Those of `ranks` whose key is not in the store."""
-        return [r for r in ranks if not self._store(lambda: self.store.check([keys[r]]), what)]
+        return [r for r in ranks if not self._store(partial(self.store.check, [keys[r]]), what)]
 
     def meet(self, stage: str) -> None:
         """Every rank reaches `stage`, or this rank raises naming who did not (and why)."""
@@ -212,7 +213,7 @@ class _InnerSetup:
         what = "the inner Gloo backend"
         try:
             gloo = dist.ProcessGroupGloo(store, self.rank, self.size, connect_timeout)
-        except Exception as exc:  # noqa: BLE001 - every failure is reported with its cause
+        except Exception as exc:  # every failure is reported, with its cause
             dead = [r for r in self.gone_peers() if r != self.rank]
             first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
             if dead:
