@@ -109,6 +109,9 @@ void PlanCheck::start_trial(const PlanMode& proposed, uint64_t exchange) {
     add(s);
   }
   if (arms_.size() < 2) arms_.clear();
+  round_ = arms_.empty() ? 0 : 1;
+  if (!arms_.empty()) ++trials_begun_;
+  trial_record_.clear();
 }
 
 namespace {
@@ -162,120 +165,170 @@ void PlanCheck::learn_corrections(const std::vector<ArmStats>& stats,
     if (!(p > 0)) continue;
     const PlanFamily f = stats[a].family.at(size);
     const double ratio = std::clamp((stats[a].cost.at(size) - rest) / p, 0.25, 4.0);
-    corrections_[f] = ratio;
-    if (std::fabs(ratio - 1.0) > kReportedError && !reported_[f]) {
+    // Within kReportedError the model holds (noise of a few calls would otherwise move it).
+    const bool off = std::fabs(ratio - 1.0) > kReportedError;
+    corrections_[f] = off ? ratio : 1.0;
+    if (off && !reported_[f]) {
       reported_[f] = true;
       new_errors_.push_back({f, ratio, stats[a].calls.at(size)});
     }
   }
 }
 
-void PlanCheck::end_trial(const std::vector<CheckedCall>& calls, uint64_t exchange,
-                          uint64_t first_call) {
-  const std::vector<PlanMode> arms = std::move(arms_);
-  arms_.clear();
+bool PlanCheck::end_round(uint64_t exchange, uint64_t first_call) {
+  const size_t m = arms_.size();
   // Samples per arm and size.
-  std::vector<std::map<int64_t, Samples>> samples(arms.size());
-  for (const CheckedCall& c : calls) {
-    if (c.arm < 0 || static_cast<size_t>(c.arm) >= arms.size() || !(c.cost_s > 0) ||
+  std::vector<std::map<int64_t, Samples>> samples(m);
+  for (const CheckedCall& c : trial_record_) {
+    if (c.arm < 0 || static_cast<size_t>(c.arm) >= m || !(c.cost_s > 0) ||
         !std::isfinite(c.cost_s)) {
       continue;
     }
-    Samples& s = samples[static_cast<size_t>(c.arm)][c.bytes];
-    (c.after_same_arm ? s.after_same : s.all).push_back(c.cost_s);
-    if (c.predicted_s > 0) s.predicted.push_back(c.predicted_s);
-    ++s.families[c.family];
+    Samples& sm = samples[static_cast<size_t>(c.arm)][c.bytes];
+    (c.after_same_arm ? sm.after_same : sm.all).push_back(c.cost_s);
+    if (c.predicted_s > 0) sm.predicted.push_back(c.predicted_s);
+    ++sm.families[c.family];
   }
-  std::vector<ArmStats> stats(arms.size());
-  for (size_t a = 0; a < arms.size(); ++a) {
-    for (auto& [bytes, s] : samples[a]) {
-      std::vector<double> costs = s.after_same.empty() ? s.all : s.after_same;
-      stats[a].cost[bytes] = median_of(costs);
-      stats[a].predicted[bytes] = median_of(s.predicted);
-      stats[a].calls[bytes] = s.after_same.size() + s.all.size();
+  std::vector<ArmStats> stats(m);
+  std::vector<double> deviations;  // |cost - its group's median| / median, pooled
+  for (size_t a = 0; a < m; ++a) {
+    for (auto& [bytes, sm] : samples[a]) {
+      const std::vector<double>& costs = sm.after_same.empty() ? sm.all : sm.after_same;
+      const double med = median_of(costs);
+      stats[a].cost[bytes] = med;
+      stats[a].samples[bytes] = costs.size();
+      stats[a].predicted[bytes] = median_of(sm.predicted);
+      stats[a].calls[bytes] = sm.after_same.size() + sm.all.size();
       stats[a].total += stats[a].calls[bytes];
-      auto top = std::max_element(s.families.begin(), s.families.end(),
+      auto top = std::max_element(sm.families.begin(), sm.families.end(),
                                   [](const auto& x, const auto& y) { return x.second < y.second; });
       stats[a].family[bytes] = top->first;
+      if (costs.size() >= 2 && med > 0) {
+        // A deviation from a median of the same n samples reads about sqrt((n-1)/n) too small.
+        const double n = static_cast<double>(costs.size());
+        for (double x : costs) deviations.push_back(std::fabs(x - med) / med * std::sqrt(n / (n - 1)));
+      }
     }
   }
-  // Scores over the sizes every measured arm ran (each weighted by its calls).
-  std::vector<double> score(arms.size(), -1);
+  // A call's relative noise (MAD-based, over every arm's calls), then each arm's score (over
+  // the sizes every measured arm ran, each weighted by its calls) and its standard error.
+  const double noise = 1.4826 * median_of(deviations);
+  std::vector<double> score(m, -1), error(m, 0);
   {
     std::map<int64_t, size_t> weight;
     for (const auto& st : stats) {
       for (const auto& [bytes, n] : st.calls) weight[bytes] += n;
     }
-    std::vector<double> sum(arms.size(), 0);
+    std::vector<double> sum(m, 0), var(m, 0);
     double total = 0;
     for (const auto& [bytes, w] : weight) {
       bool common = true;
       for (const auto& st : stats) common = common && (st.total == 0 || st.cost.count(bytes));
       if (!common) continue;
       total += static_cast<double>(w);
-      for (size_t a = 0; a < arms.size(); ++a) {
-        if (stats[a].total > 0) sum[a] += static_cast<double>(w) * stats[a].cost.at(bytes);
+      for (size_t a = 0; a < m; ++a) {
+        if (stats[a].total == 0) continue;
+        const double c = stats[a].cost.at(bytes);
+        sum[a] += static_cast<double>(w) * c;
+        // The standard error of a median of n: 1.2533 sigma / sqrt(n).
+        const double se = 1.2533 * noise * c / std::sqrt(static_cast<double>(stats[a].samples.at(bytes)));
+        var[a] += static_cast<double>(w) * static_cast<double>(w) * se * se;
       }
     }
-    for (size_t a = 0; a < arms.size(); ++a) {
-      if (stats[a].total > 0 && total > 0) score[a] = sum[a] / total;
+    for (size_t a = 0; a < m; ++a) {
+      if (stats[a].total > 0 && total > 0) {
+        score[a] = sum[a] / total;
+        error[a] = std::sqrt(var[a]) / total;
+      }
+    }
+  }
+  size_t best = 0;
+  for (size_t a = 1; a < m; ++a) {
+    if (score[a] > 0 && (!(score[best] > 0) || score[a] < score[best])) best = a;
+  }
+  const bool last_round = round_ >= kMaxRounds;
+  if (!(score[0] > 0)) {
+    // The proposal never ran (the batch was cut): another round, else nothing learnt.
+    if (!last_round) return false;
+    arms_.clear();
+    return true;
+  }
+  // The proposal wins when fastest or within kTolerance; another arm when the proposal is
+  // slower by more than kTolerance and two standard errors (one after the last round).
+  const double gap = score[0] - score[best];
+  const double error_of_gap = std::sqrt(error[0] * error[0] + error[best] * error[best]);
+  size_t winner = 0;
+  if (best != 0 && gap > kTolerance * score[best]) {
+    if (gap > 2 * error_of_gap) {
+      winner = best;
+    } else if (!last_round) {
+      return false;  // within the calls' noise: another round
+    } else if (gap > error_of_gap) {
+      winner = best;
     }
   }
   learn_corrections(stats, score);
-  if (!(score[0] > 0)) return;  // the proposal never ran (the batch was cut): nothing learnt
-  size_t best = 0;
-  for (size_t a = 1; a < arms.size(); ++a) {
-    if (score[a] > 0 && score[a] < score[best]) best = a;
-  }
-  if (score[0] <= score[best] * (1 + kTolerance)) best = 0;
+  const std::vector<PlanMode> arms = std::move(arms_);
+  arms_.clear();
   const PlanMode& proposed = arms[0];
-  const PlanMode& winner = arms[best];
+  const PlanMode& chosen = arms[winner];
   PlanCheckRecord rec;
   rec.call = first_call;
   rec.change = proposed.describe();
-  rec.kept = best == 0;
-  rec.chosen = winner.describe();
-  for (size_t a = 0; a < arms.size(); ++a) {
-    rec.arms.push_back({arms[a].describe(), score[a], stats[a].total});
+  rec.kept = winner == 0;
+  rec.chosen = chosen.describe();
+  for (size_t a = 0; a < m; ++a) {
+    rec.arms.push_back({arms[a].describe(), score[a], error[a], stats[a].total});
   }
   rec.period_s = score[0];
-  rec.baseline_s = arms.size() > 1 ? score[1] : score[0];
+  rec.baseline_s = m > 1 ? score[1] : score[0];
+  rec.rounds = round_;
   // What the proposal added and the winner lacks is vetoed; what the winner kept has passed.
   if (proposed.straggler >= 0) {
-    if (winner.straggler != proposed.straggler) {
+    if (chosen.straggler != proposed.straggler) {
       fail(straggler_veto_, straggler_ranks(proposed.straggler), exchange);
     } else {
       straggler_veto_.failures = 0;
     }
   }
   if (!proposed.degraded.empty()) {
-    if (ranks_of(winner.degraded) != ranks_of(proposed.degraded)) {
+    if (ranks_of(chosen.degraded) != ranks_of(proposed.degraded)) {
       fail(degraded_veto_, ranks_of(proposed.degraded), exchange);
     } else {
       degraded_veto_.failures = 0;
     }
   }
   if (baseline_.flat && !proposed.flat) {
-    if (winner.flat) {
+    if (chosen.flat) {
       fail(host_veto_, kHostLevel, exchange);
     } else {
       host_veto_.failures = 0;
     }
   }
   if (baseline_arm_ >= 0 && score[static_cast<size_t>(baseline_arm_)] > 0) {
-    beat_baseline_ = score[best] <= score[static_cast<size_t>(baseline_arm_)] * (1 + kTolerance);
+    beat_baseline_ =
+        score[winner] <= score[static_cast<size_t>(baseline_arm_)] * (1 + kTolerance);
     baseline_checked_ = exchange;
   }
-  current_ = winner;
+  current_ = chosen;
   records_.push_back(std::move(rec));
   ++total_;
   if (records_.size() > kMaxRecords) records_.pop_front();
+  return true;
 }
 
 const PlanMode& PlanCheck::update(const PlanMode& proposed, const std::vector<CheckedCall>& calls,
                                   uint64_t exchange, uint64_t first_call) {
   new_errors_.clear();
-  if (in_trial()) end_trial(calls, exchange, first_call);
+  if (in_trial()) {
+    for (const CheckedCall& c : calls) {
+      if (c.arm >= 0) trial_record_.push_back(c);
+    }
+    if (!end_round(exchange, first_call)) {
+      ++round_;  // the same arms, the next round of calls
+      return current_;
+    }
+  }
   const PlanMode want = filtered(proposed, exchange);
   const bool recheck = recheck_;
   recheck_ = false;
@@ -298,6 +351,8 @@ const PlanMode& PlanCheck::update(const PlanMode& proposed, const std::vector<Ch
 
 const PlanMode& PlanCheck::apply_now(const PlanMode& proposed, uint64_t exchange) {
   arms_.clear();
+  round_ = 0;
+  trial_record_.clear();
   current_ = filtered(proposed, exchange);
   return current_;
 }

@@ -13,9 +13,13 @@
 // call's cost is the time from the end of the call before it to its own end on each rank (the
 // job's compute, the wait for the last rank and the all_reduce; time in exchanges and probes
 // left out), agreed as the median over ranks; only calls that follow a call of the same arm
-// count (the first of a block carries the previous arm's effect on when ranks arrive). Per arm, the median cost per call size,
-// weighted by how often the size occurs, is its score; the fastest arm runs from then on (the
-// proposed one when it is within kTolerance of the fastest). What the proposal added and the
+// count (the first of a block carries the previous arm's effect on when ranks arrive). Per arm,
+// the median cost per call size, weighted by how often the size occurs, is its score, with its
+// standard error from the calls' spread. The proposal runs from then on when it is the fastest
+// arm or within kTolerance of it; another arm when the proposal is slower by more than
+// kTolerance and two standard errors; in between the trial runs a second round, after which one
+// standard error decides (a difference within the calls' noise keeps the cost model's choice).
+// What the proposal added and the
 // winner lacks is not proposed again for a while (4 exchanges, doubling with every failed trial
 // of the same change, at most 64); while a set of degraded ranks is vetoed, those of its ranks
 // that ran before it keep running (a failed {5, 6, 12} goes back to {5}, not to Ring). A move to
@@ -70,6 +74,7 @@ struct CheckedCall {
 struct TrialArm {
   std::string mode;    // PlanMode::describe()
   double score_s = 0;  // cost per call (from the previous call's end; -1: not measured)
+  double error_s = 0;  // its standard error
   size_t calls = 0;
 };
 
@@ -81,6 +86,7 @@ struct PlanCheckRecord {
   std::vector<TrialArm> arms;  // arm 0 is the proposed mode, arm 1 the one it would replace
   double period_s = 0;    // the proposed arm's score
   double baseline_s = 0;  // the replaced mode's score
+  size_t rounds = 1;
 };
 
 // A family whose correction moved past kReportedError (logged once per family).
@@ -104,9 +110,12 @@ class PlanCheck {
   static constexpr size_t kMaxArms = 4;
   // The baseline is an arm unless the running mode beat it within this many exchanges.
   static constexpr uint64_t kBaselineFresh = 16;
+  // Rounds a trial may take when one round cannot tell the proposal from a faster arm.
+  static constexpr size_t kMaxRounds = 2;
   // A proposal within this share of the fastest arm wins (per-call noise of a steady job).
   static constexpr double kTolerance = 0.02;
-  // A family's correction is reported (once) when its measured/predicted ratio is off by more.
+  // A family's model is corrected (and that reported once) when its measured/predicted ratio is
+  // off by more.
   static constexpr double kReportedError = 0.15;
 
   // `flat_baseline`: host-level plans are possible and chosen by the model, so the baseline is
@@ -128,19 +137,22 @@ class PlanCheck {
   void recheck() { recheck_ = true; }
   const PlanMode& current() const { return current_; }
 
-  // The trial the next batch runs, if any: how many calls it takes (the batch ends there), the
-  // arm of its i-th call and each arm's mode.
+  // The trial the next batch runs, if any: how many calls a round takes (the batch ends there),
+  // how many its rounds so far take (the round the next batch runs included), the arm of its
+  // i-th call (counted from the trial's first) and each arm's mode.
   bool in_trial() const { return !arms_.empty(); }
   size_t trial_calls() const {
     return arms_.size() * (arms_.size() > 2 ? kCallsPerArmOfMany : kCallsPerArm);
   }
+  size_t trial_length() const { return round_ * trial_calls(); }
+  uint64_t trials_begun() const { return trials_begun_; }  // changes when a trial begins
   int arm_of(size_t i) const;
   const PlanMode& arm_mode(int arm) const { return arms_.at(static_cast<size_t>(arm)); }
   const std::vector<PlanMode>& arms() const { return arms_; }
 
-  // Measured/predicted ratios per family (from trials; cleared by reset_corrections when the
-  // link model changes), and the families whose error newly passed kReportedError at the last
-  // update.
+  // Measured/predicted ratios per family (from trials: 1 for a family within kReportedError of
+  // its prediction; cleared by reset_corrections when the link model changes), and the families
+  // whose error newly passed kReportedError at the last update.
   const std::map<PlanFamily, double>& corrections() const { return corrections_; }
   void reset_corrections() { corrections_.clear(); }
   const std::vector<ModelError>& new_model_errors() const { return new_errors_; }
@@ -160,16 +172,18 @@ class PlanCheck {
   };
 
   PlanMode filtered(const PlanMode& proposed, uint64_t exchange) const;
-  // Per arm and call size: the median cost (of calls after the same arm, else of all) and
-  // prediction, the family that ran most, and how many calls.
+  // Per arm and call size: the median cost (of calls after the same arm, else of all), how
+  // many calls it is of, the median prediction, the family that ran most, and all calls.
   struct ArmStats {
     std::map<int64_t, double> cost, predicted;
+    std::map<int64_t, size_t> samples;
     std::map<int64_t, PlanFamily> family;
     std::map<int64_t, size_t> calls;
     size_t total = 0;
   };
   void start_trial(const PlanMode& proposed, uint64_t exchange);
-  void end_trial(const std::vector<CheckedCall>& calls, uint64_t exchange, uint64_t first_call);
+  // After a round: decides (true) or asks for another round (false).
+  bool end_round(uint64_t exchange, uint64_t first_call);
   void learn_corrections(const std::vector<ArmStats>& stats, const std::vector<double>& score);
   static void fail(Veto& v, std::vector<int> ranks, uint64_t exchange);
 
@@ -177,6 +191,9 @@ class PlanCheck {
   PlanMode current_;
   bool recheck_ = false;
   std::vector<PlanMode> arms_;  // the trial of the next batch (arm 0: proposed, 1: current)
+  size_t round_ = 0;            // rounds begun
+  uint64_t trials_begun_ = 0;
+  std::vector<CheckedCall> trial_record_;  // the trial's calls so far
   int baseline_arm_ = -1;       // the baseline's arm in it (-1: none)
   bool beat_baseline_ = false;  // the running mode was measured no slower than the baseline
   uint64_t baseline_checked_ = 0;  // ... at this exchange

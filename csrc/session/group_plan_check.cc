@@ -15,7 +15,7 @@ namespace stragg {
 PlanMode GroupProfiler::next_call_mode(CallMode* planner_mode) const {
   PlanMode m = mode_;  // written on this thread only
   if (check_.in_trial() && calls_ >= trial_first_call_ &&
-      calls_ - trial_first_call_ < check_.trial_calls()) {
+      calls_ - trial_first_call_ < check_.trial_length()) {
     m = check_.arm_mode(check_.arm_of(static_cast<size_t>(calls_ - trial_first_call_)));
   }
   if (planner_mode != nullptr) {
@@ -37,7 +37,7 @@ std::vector<CheckedCall> GroupProfiler::checked_calls(const std::vector<double>&
   for (int i = 0; i < k; ++i) {
     CheckedCall& c = out[static_cast<size_t>(i)];
     const uint64_t call = batch_first_call_ + static_cast<uint64_t>(i);
-    if (trial && call >= trial_first_call_ && call - trial_first_call_ < check_.trial_calls()) {
+    if (trial && call >= trial_first_call_ && call - trial_first_call_ < check_.trial_length()) {
       const size_t j = static_cast<size_t>(call - trial_first_call_);
       c.arm = check_.arm_of(j);
       c.after_same_arm = j > 0 && check_.arm_of(j - 1) == c.arm;
@@ -64,6 +64,7 @@ void GroupProfiler::check_plan(const PlanMode& proposed, const std::vector<Check
   bool checked = false;
   std::vector<ModelError> errors;
   std::map<PlanFamily, double> corrections;
+  const uint64_t trials_before = check_.trials_begun();
   {
     std::lock_guard<std::mutex> guard(mu_);
     const uint64_t before = check_.total();
@@ -73,7 +74,7 @@ void GroupProfiler::check_plan(const PlanMode& proposed, const std::vector<Check
     errors = check_.new_model_errors();
     corrections = check_.corrections();
   }
-  if (check_.in_trial()) trial_first_call_ = calls_;
+  if (check_.trials_begun() != trials_before) trial_first_call_ = calls_;  // a new trial begins
   if (plan_check_ && corrections != planner_.corrections()) {
     // A plan of the running mode that the new corrections change has not been measured: it is
     // tried against the baseline (at the batch's most frequent size).
