@@ -2,6 +2,7 @@
 // top of the c10d Store; tests implement it in memory.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <optional>
 #include <string>
@@ -31,11 +32,12 @@ class Rendezvous {
 
   // Whether a record of rank 0 arrived through this rendezvous (exchange_all notes it): rank 0
   // is past torch's TCPStore wait, so later exchanges name it like any other rank.
-  bool rank0_joined() const { return rank0_joined_; }
-  void note_rank0_joined() { rank0_joined_ = true; }
+  bool rank0_joined() const { return rank0_joined_.load(std::memory_order_relaxed); }
+  void note_rank0_joined() { rank0_joined_.store(true, std::memory_order_relaxed); }
 
  private:
-  bool rank0_joined_ = false;
+  // Atomic: in-memory test rendezvous are shared by the threads that play the ranks.
+  std::atomic<bool> rank0_joined_{false};
 };
 
 // Every rank publishes `value` under "<prefix>/<rank>" and collects everybody's values, in rank
