@@ -70,6 +70,7 @@ ALGOS = [
     "stragglar_direct",
     "optcc",
     "short_circuit",
+    "host_level",
 ]
 
 
@@ -90,6 +91,18 @@ def test_in_process_json_every_algorithm(
     doc = json.loads(capsys.readouterr().out)
     assert KEYS <= doc.keys() and doc["verified"] is True and doc["n"] == n
     assert doc["rounds"] == schedule.build(algo, n).num_rounds
+
+
+def test_host_level_cli_params(capsys: pytest.CaptureFixture[str]) -> None:
+    # Two ranks per host, StragglAR-direct across the 4 hosts with rank 5 (host 2) late.
+    argv = ["host_level", "-n", "8", "--param", "ranks_per_host=2", "--param",
+            "cross=stragglar_direct", "--straggler", "5", "--json"]
+    assert schedule.main(argv) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["verified"] is True and doc["stragglers"] == [5]
+    assert doc["params"]["cross"] == "stragglar_direct" and doc["params"]["ranks_per_host"] == 2
+    ref = schedule.build("host_level", 8, ranks_per_host=2, cross="stragglar_direct", straggler=5)
+    assert doc["rounds"] == ref.num_rounds and ref.verify()
 
 
 def test_straggler_slowdown_segments(capsys: pytest.CaptureFixture[str]) -> None:
