@@ -121,11 +121,13 @@ py::dict profiler_summary_dict(const stragg::Session& session) {
     e["chosen"] = c.chosen;
     e["period_s"] = c.period_s;
     e["baseline_s"] = c.baseline_s;
+    e["rounds"] = c.rounds;
     py::list arms;
     for (const auto& a : c.arms) {
       py::dict arm;
       arm["mode"] = a.mode;
       arm["s"] = a.score_s;
+      arm["error_s"] = a.error_s;
       arm["calls"] = a.calls;
       arms.append(arm);
     }

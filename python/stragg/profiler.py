@@ -88,7 +88,8 @@ def summary(group: dist.ProcessGroup | None = None) -> dict[str, Any]:
     transfer_bytes}), exchange_every, exchange_seconds (this rank's time in exchanges: with
     probes' seconds, the profiler's own cost), applied ({straggler, degraded, mode}: what the plan
     check lets run), plan_checks (every trial: {call, change, kept, chosen, period_s, baseline_s,
-    arms: [{mode, s (per call), calls}]}), model_corrections ({plan family: measured / predicted}).
+    rounds (1, or 2 when the first was within the noise), arms: [{mode, s (per call), error_s
+    (its standard error), calls}]}), model_corrections ({plan family: measured / predicted}).
     Everything but the counters of calls not yet exchanged and this rank's times is identical on
     every rank.
     """
