@@ -63,13 +63,13 @@ class GroupRecipe:
         )
 
 
-def build_backend(recipe: GroupRecipe) -> Any:
+def build_backend(recipe: GroupRecipe, regroup: Callable[..., Any]) -> Any:
     """Collective over the recipe's ranks: the stragg backend (its setup names ranks that never
     join), then the inner Gloo backend (CPU collectives other than all_reduce) and, when CUDA
     and NCCL are available, an inner NCCL backend (CUDA collectives), all from prefixes of the
-    recipe's store."""
+    recipe's store. `regroup(recipe, *request)` answers the backend's shrink / split requests
+    (_regroup.regroup, passed in by the layer above: this module imports neither caller)."""
     from . import _C  # the C++ extension is loaded only when a group is really created
-    from ._regroup import regroup
 
     store, rank, size, timeout, attempt = (
         recipe.store, recipe.rank, recipe.size, recipe.timeout, recipe.attempt)

@@ -9,8 +9,10 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from ._attempt import incarnation_suffix, restart_suffix
 from ._build import GroupRecipe, build_backend
 from ._config import debug_level
+from ._regroup import install_torch_fixes, regroup
 
 logger = logging.getLogger("stragg")
 
@@ -40,30 +42,12 @@ def _create_backend(dist_opts: Any, backend_opts: Any = None) -> Any:
         backend_opts=backend_opts,
         # Callers other than torch (stragg.integrations.torchft) may not say.
         global_ranks=list(getattr(dist_opts, "global_ranks_in_group", None) or range(size)),
-        attempt=_attempt_suffix() + _incarnation_suffix(store, size),
+        attempt=restart_suffix() + incarnation_suffix(store, size),
         store_host=_store_host(store),
         store_description=_store_description(underlying),
         store_hosted_by_rank0=_store_hosted_by_rank0(underlying),
     )
-    return build_backend(recipe)
-
-
-def _attempt_suffix() -> str:
-    """"" normally; "/restart<N>" in a torchrun worker restarted N > 0 times (the agent's store
-    outlives the attempts, and with it every key a failed attempt wrote)."""
-    count = os.environ.get("TORCHELASTIC_RESTART_COUNT", "").strip()
-    return f"/restart{count}" if count.isdigit() and int(count) > 0 else ""
-
-
-def _incarnation_suffix(store: Any, size: int) -> str:
-    """"" for the first group created on this store under this name; "/i<k>" for the k-th
-    re-creation (destroy_process_group() then init_process_group() on the same store: torch
-    reuses the group's store prefix, and the earlier group's setup keys are still there). Every
-    rank adds 1 to one counter: the ranks of one incarnation read values k*size+1..(k+1)*size,
-    since no rank can start the next one before all have joined this one."""
-    count = int(store.add("stragg_incarnations", 1))
-    k = (count - 1) // max(1, size)
-    return f"/i{k}" if k > 0 else ""
+    return build_backend(recipe, regroup)
 
 
 def _underlying_store(store: Any) -> Any:
@@ -121,8 +105,6 @@ def register() -> None:
     """Registers backend "stragg" for cpu and cuda devices. Safe to call more than once."""
     if BACKEND_NAME.upper() in dist.Backend._plugins:
         return
-    from ._regroup import install_torch_fixes
-
     install_torch_fixes()
     dist.Backend.register_backend(
         BACKEND_NAME, _create_backend, extended_api=True, devices=["cpu", "cuda"]

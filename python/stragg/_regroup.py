@@ -21,6 +21,7 @@ from typing import Any, Callable, TypeVar
 import torch
 import torch.distributed as dist
 
+from ._attempt import incarnation_suffix
 from ._build import GroupRecipe, build_backend
 
 logger = logging.getLogger("stragg")
@@ -66,7 +67,7 @@ def _shrink(recipe: GroupRecipe, parent: Any, excluded: list[int], flags: int) -
             parent._announce_retired(why)
     child = recipe.child(dist.PrefixStore("group/", base), survivors.index(rank), survivors,
                          recipe.timeout, f"{recipe.group_name}:shrunk")
-    backend = _store_guard(recipe, where, lambda: build_backend(child))
+    backend = _store_guard(recipe, where, lambda: build_backend(child, regroup))
     logger.info("%s: group '%s' of %d ranks -> %d (excluded %s), now rank %d, in %.3f s", where,
                 recipe.group_name, recipe.size, len(survivors), excluded, child.rank,
                 time.monotonic() - start)
@@ -75,12 +76,10 @@ def _shrink(recipe: GroupRecipe, parent: Any, excluded: list[int], flags: int) -
 
 def _split(recipe: GroupRecipe, members: list[int], store: Any, timeout: timedelta,
            group_name: str) -> Any:
-    from ._registration import _incarnation_suffix
-
     child = recipe.child(store, members.index(recipe.rank), members, timeout,
                          group_name or f"{recipe.group_name}:split")
-    child.attempt = _incarnation_suffix(store, len(members))
-    return build_backend(child)
+    child.attempt = incarnation_suffix(store, len(members))
+    return build_backend(child, regroup)
 
 
 def _check_store_survives(recipe: GroupRecipe, excluded: list[int], where: str) -> None:
