@@ -17,6 +17,11 @@
 // of that after, and at most a quarter of a call's time per call, so no step of a job grows by
 // more than that. The periodic campaigns (every STRAGG_PROBE_EVERY exchanges) also wait until the
 // last campaign's cost is 0.5% of the job's time since it: on short calls they come rarely.
+//
+// Its parts, one file each: the batch and its exchange (group_exchange.cc), the link-probe
+// campaign and its budget (group_link_probes.cc), the link model and its install into the
+// planner (group_link_model.cc), the plan check's side (group_plan_check.cc), the read-outs
+// (group_profiler_readouts.cc); the numbers that tune them: group_profiler_tuning.h.
 #pragma once
 
 #include <atomic>
@@ -97,8 +102,30 @@ class GroupProfiler {
  private:
   using Clock = std::chrono::steady_clock;
 
+  // The batch's numbers every rank agrees on after an exchange: the time per call (the median
+  // of the ranks'; 0: unknown) and the exchange's cost (the last rank's time in the previous one).
+  struct AgreedBatch {
+    double period = 0;
+    double exchange_s = 1e300;
+  };
+
+  // group_exchange.cc: the exchange and its parts, in order: this rank's row of the batch's
+  // all-gather, the rows read back (every rank's durations and call costs into
+  // exchange_durations_ / exchange_costs_; the slice time), K adapted to what exchanges cost,
+  // the log line of a new straggler verdict.
   void exchange(Executor& ex, const InternalSpec& spec, std::chrono::milliseconds timeout);
+  void fill_exchange_row(int k);
+  AgreedBatch read_exchange_rows(int k);
+  void adapt_exchange_every(double batch_period, int k, double exchange_s);
+  void log_straggler_verdict() const;
+
+  // group_link_probes.cc: runs this call's probe slices.
   void run_probe_slices(Executor& ex, const InternalSpec& spec, std::chrono::milliseconds timeout);
+  // At an exchange, under mu_, before the profiler counts it: whether a campaign is due (first,
+  // periodic, on drift); `batch_time`: the batch's agreed time (0: unknown).
+  void want_probes(bool drift, double batch_time);
+  // After an exchange: while the first campaign waits for budget, the next batch is short.
+  void hurry_first_campaign();
   // After an exchange: have the calls' times drifted from the cost model since the last probe?
   // (identical on every rank: it reads the exchanged durations)
   bool drifted(const std::vector<double>& durations, int k);
@@ -124,6 +151,11 @@ class GroupProfiler {
   // may act before the second probe.
   bool needs_second_probe(const std::vector<LinkModel>& matrix,
                           std::vector<Slowdown>* sure = nullptr);
+  // group_link_model.cc. Until a probe has measured the links, the calls' rate (calls_beta(),
+  // if > 0) becomes the planner's link model.
+  void use_calls_rate(double calls_beta_s);
+  // A finished campaign's matrix (pending_), if any, is installed.
+  void install_pending();
   // The analysis of `matrix` becomes the measured link model (readers see it at once), with
   // `verdict` (if given) as its degraded ranks.
   void install(const std::vector<LinkModel>& matrix, const std::vector<Slowdown>* verdict = nullptr);
