@@ -135,3 +135,22 @@ def test_pg_options_configure_one_group() -> None:
     for v in res.values():
         assert v["dict"] == ("rhd", "rhd"), v
         assert v["options"] == ("direct", "direct"), v
+
+
+def test_gloo_socket_ifname_is_the_default_interface_list_and_stragg_socket_ifname_overrides_it(
+    monkeypatch,
+) -> None:
+    from stragg._config import effective_settings, raw_settings
+
+    monkeypatch.delenv("STRAGG_SOCKET_IFNAME", raising=False)
+    monkeypatch.delenv("GLOO_SOCKET_IFNAME", raising=False)
+    assert effective_settings()["socket_ifname"] == ""
+    monkeypatch.setenv("GLOO_SOCKET_IFNAME", "eth1,ib0")
+    assert effective_settings()["socket_ifname"] == "=eth1,ib0"  # Gloo's are exact names
+    assert ("socket_ifname", "=eth1,ib0", "GLOO_SOCKET_IFNAME") in raw_settings()
+    monkeypatch.setenv("STRAGG_SOCKET_IFNAME", "^docker")
+    assert effective_settings()["socket_ifname"] == "^docker"
+    monkeypatch.setenv("GLOO_SOCKET_IFNAME", "eth0,,x")
+    monkeypatch.delenv("STRAGG_SOCKET_IFNAME")
+    with pytest.raises(ValueError, match="GLOO_SOCKET_IFNAME='=eth0,,x' is not accepted"):
+        effective_settings()

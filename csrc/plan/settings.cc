@@ -11,6 +11,8 @@
 #include <limits>
 #include <map>
 
+#include "common/interfaces.h"
+
 namespace stragg {
 namespace {
 
@@ -308,6 +310,23 @@ const std::vector<Row>& rows() {
          s.tcp_host = t;
        },
        [](const Settings& s) { return s.tcp_host; }},
+      {{"socket_ifname", "STRAGG_SOCKET_IFNAME", "interfaces", "",
+        "interface names as NCCL_SOCKET_IFNAME: a comma list of prefixes, '=' for exact names, "
+        "'^' to exclude (empty: GLOO_SOCKET_IFNAME's, else automatic)",
+        "network interface whose address this rank's TCP transport uses when STRAGG_TCP_HOST is "
+        "not set (default: GLOO_SOCKET_IFNAME's interfaces, else the route toward the TCPStore "
+        "host / MASTER_ADDR); of several matching interfaces the first is used",
+        false},
+       [](Settings& s, const SettingValue& v, const std::string& a) {
+         try {
+           parse_interface_spec(v.raw);
+         } catch (const Error&) {
+           reject(v, a);
+         }
+         const InterfaceSpec spec = parse_interface_spec(v.raw);
+         s.socket_ifname = spec.empty() ? "" : v.raw;
+       },
+       [](const Settings& s) { return s.socket_ifname; }},
       {{"tcp_port", "STRAGG_TCP_PORT", "int", "0", "an integer from 0 to 65535",
         "fixed listening port for the TCP transport (0: ephemeral)", false},
        [](Settings& s, const SettingValue& v, const std::string& a) {

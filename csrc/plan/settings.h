@@ -78,6 +78,7 @@ struct Settings {
   size_t inline_bytes = 256 * 1024;  // calls up to this size run on the caller's thread (0: none)
   size_t streaming_bytes = 32 << 20;  // calls from this size copy with non-temporal stores (0: none)
   std::string tcp_host;  // empty: the local address that routes to the store host
+  std::string socket_ifname;  // interfaces for TCP (common/interfaces.h); empty: tcp_host's rule
   uint16_t tcp_port = 0;
   size_t tcp_staging_bytes = 512 * 1024;
   size_t tcp_pipeline_bytes = 64 * 1024;  // over TCP, chunks are forwarded in such segments

@@ -8,6 +8,7 @@
 
 #include "common/error.h"
 #include "common/host_identity.h"
+#include "common/interfaces.h"
 #include "common/log.h"
 #include "transport/mixed/host_layout.h"
 #include "transport/mixed/mixed_transport.h"
@@ -32,10 +33,31 @@ std::string env_name(const std::string& key) {
   return key;
 }
 
-// This rank's TCP address ("-" when unknown), worked out before the exchange so that every rank
-// decides the transport from the same information.
-std::string tcp_address(const Settings& s, const std::string& store_host) {
+// This rank's TCP address ("-" when unknown, "!" + why when the interfaces the user named give
+// none), worked out before the exchange so that every rank decides the transport from the same
+// information: STRAGG_TCP_HOST, else the first interface STRAGG_SOCKET_IFNAME (or
+// GLOO_SOCKET_IFNAME) selects, else the one whose route reaches the store.
+std::string tcp_address(const Settings& s, const std::string& store_host, int rank) {
   std::string address = s.tcp_host;
+  if (address.empty() && !s.socket_ifname.empty()) {
+    const std::vector<NetInterface> all = local_interfaces();
+    const std::vector<NetInterface> chosen =
+        select_interfaces(parse_interface_spec(s.socket_ifname), all);
+    if (chosen.empty()) {
+      return "!stragg: rank " + std::to_string(rank) +
+             ": STRAGG_SOCKET_IFNAME (or GLOO_SOCKET_IFNAME) '" + s.socket_ifname +
+             "' selects no interface that is up with an address on its host (it has: " +
+             describe_interfaces(all) + ")";
+    }
+    if (chosen.size() > 1) {
+      std::vector<NetInterface> rest(chosen.begin() + 1, chosen.end());
+      log_info("stragg: rank " + std::to_string(rank) + ": interfaces '" + s.socket_ifname +
+               "' select " + describe_interfaces(chosen) + "; the TCP transport uses " +
+               chosen[0].name + " (one interface per rank: " + describe_interfaces(rest) +
+               " unused)");
+    }
+    return chosen[0].address;
+  }
   if (address.empty() && !store_host.empty()) {
     try {
       address = local_address_toward(store_host);
@@ -146,7 +168,7 @@ TcpOptions tcp_options(const Settings& settings, const std::string& address,
 
 GroupSetup set_up_group(Rendezvous& rdv, int rank, int size, const Settings& settings,
                         const std::string& store_host, std::chrono::milliseconds timeout) {
-  const std::string address = tcp_address(settings, store_host);
+  const std::string address = tcp_address(settings, store_host, rank);
   const std::vector<std::string> records =
       exchange_all(rdv, "hello", rank, size, hello_record(settings, address), timeout,
                    "process group setup");
@@ -161,9 +183,19 @@ GroupSetup set_up_group(Rendezvous& rdv, int rank, int size, const Settings& set
       throw Error("stragg: rank " + std::to_string(rank) + ": bad setup record from a peer");
     }
     identities.push_back(h[0]);
-    all_addresses = all_addresses && h[1] != "-";
+    all_addresses = all_addresses && h[1] != "-" && (h[1].empty() || h[1][0] != '!');
   }
   const HostLayout hosts(identities);
+  for (size_t r = 0; r < hello.size() && !hosts.all_on_one_host(); ++r) {
+    // Interfaces a user named but that give no address are an error, not a fallback to Gloo.
+    const std::string& a = hello[r][1];
+    if (!a.empty() && a[0] == '!') {
+      throw Error(static_cast<int>(r) == rank
+                      ? a.substr(1)
+                      : "stragg: rank " + std::to_string(rank) + ": rank " + std::to_string(r) +
+                            " has no address for the TCP transport: " + a.substr(1));
+    }
+  }
   out.same_host = hosts.all_on_one_host();
   for (int r = 0; r < size; ++r) out.host_of.push_back(hosts.host_of(r));
   out.transport = decide(settings, hosts, all_addresses, rank);

@@ -64,6 +64,10 @@ def _options_values(options: Any) -> list[tuple[str, str, str]]:
 def raw_settings(options: Any = None) -> list[tuple[str, str, str]]:
     """(key, raw, source) for every setting given anywhere, lowest priority first."""
     values: list[tuple[str, str, str]] = []
+    gloo_ifname = os.environ.get("GLOO_SOCKET_IFNAME", "").strip()
+    if gloo_ifname:
+        # Gloo's interface list (exact names) unless STRAGG_SOCKET_IFNAME says otherwise.
+        values.append(("socket_ifname", "=" + gloo_ifname, "GLOO_SOCKET_IFNAME"))
     for row in _core.settings_table():
         raw = os.environ.get(row["env"])
         if raw is not None and raw.strip() != "":

@@ -250,6 +250,17 @@ def _namespace_inode(kind: str) -> str | None:
         return None
 
 
+def _ifname_source(config: dict[str, Any] | None) -> str | None:
+    """Where the interfaces that pick the TCP address come from, if any are named."""
+    spec = (config or {}).get("socket_ifname") or ""
+    if not spec:
+        return None
+    source = "STRAGG_SOCKET_IFNAME" if os.environ.get("STRAGG_SOCKET_IFNAME", "").strip() else (
+        "GLOO_SOCKET_IFNAME" if os.environ.get("GLOO_SOCKET_IFNAME", "").strip() else "socket_ifname"
+    )
+    return f"the first interface {source} selects ({spec!r})"
+
+
 def transport(config: dict[str, Any] | None) -> dict[str, Any]:
     """What STRAGG_TRANSPORT selects for ranks on this host and for ranks across hosts."""
     mode = (config or {}).get("transport", os.environ.get("STRAGG_TRANSPORT", "auto") or "auto")
@@ -273,7 +284,8 @@ def transport(config: dict[str, Any] | None) -> dict[str, Any]:
         "tcp_address_source": (
             "STRAGG_TCP_HOST"
             if advertised
-            else (
+            else _ifname_source(config)
+            or (
                 "route toward MASTER_ADDR / the TCPStore host"
                 if store_host
                 else "route toward the TCPStore host (known when the group is created)"

@@ -4,6 +4,8 @@
 #include <set>
 #include <string>
 
+#include "common/error.h"
+#include "common/interfaces.h"
 #include "plan/settings.h"
 
 namespace stragg {
@@ -95,6 +97,43 @@ TEST(Settings, ErrorsNameTheSourceTheValueAndWhatIsAccepted) {
   EXPECT_NE(cross.find("STRAGG_PROFILE_DROP=0.3 (default) must not exceed STRAGG_PROFILE_ADOPT=0.2"),
             std::string::npos)
       << cross;
+}
+
+TEST(SocketIfname, NcclSyntaxPrefixesExactNamesAndExclusions) {
+  const std::vector<NetInterface> all = {
+      {"lo", "127.0.0.1", true}, {"eth0", "10.0.0.2", false}, {"eth1", "10.0.1.2", false},
+      {"ib0", "10.1.0.2", false}, {"docker0", "172.17.0.1", false}};
+  auto names = [&](const std::string& spec) {
+    std::string out;
+    for (const NetInterface& i : select_interfaces(parse_interface_spec(spec), all)) {
+      out += (out.empty() ? "" : ",") + i.name;
+    }
+    return out;
+  };
+  EXPECT_EQ(names("eth"), "eth0,eth1");          // a prefix
+  EXPECT_EQ(names("eth1,eth"), "eth1,eth0");     // in the list's order, each once
+  EXPECT_EQ(names("=eth"), "");                  // exact names only
+  EXPECT_EQ(names("=eth1, ib0"), "eth1,ib0");
+  EXPECT_EQ(names("^docker,eth"), "ib0,lo");     // excluded; loopback last
+  EXPECT_EQ(names("^=eth0"), "eth1,ib0,docker0,lo");
+  EXPECT_EQ(names("wlan"), "");
+  EXPECT_TRUE(parse_interface_spec("  ").empty());
+  for (const char* bad : {"eth0,,eth1", "^", "=", "eth0,", "^=,x"}) {
+    EXPECT_THROW(parse_interface_spec(bad), Error) << bad;
+  }
+  EXPECT_EQ(describe_interfaces(all).substr(0, 27), "lo 127.0.0.1, eth0 10.0.0.2");
+}
+
+TEST(SocketIfname, ThisHostListsLoopbackAndTheSettingValidates) {
+  const std::vector<NetInterface> here = local_interfaces();
+  const auto lo = select_interfaces(parse_interface_spec("=lo"), here);
+  ASSERT_EQ(lo.size(), 1u) << describe_interfaces(here);
+  EXPECT_EQ(lo[0].address, "127.0.0.1");
+  EXPECT_TRUE(lo[0].loopback);
+  EXPECT_EQ(parse("socket_ifname", "^docker,lo").socket_ifname, "^docker,lo");
+  EXPECT_EQ(parse("socket_ifname", " ").socket_ifname, "");
+  EXPECT_NE(error_of("socket_ifname", "eth0,,eth1").find("STRAGG_TEST='eth0,,eth1' is not accepted"),
+            std::string::npos);
 }
 
 TEST(Settings, OneSizeParser) {
