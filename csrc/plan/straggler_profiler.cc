@@ -190,50 +190,88 @@ bool StragglerProfiler::update_straggler() {
     adopt_streak_ = 0;
   }
 
-  // Rule 4: hysteresis.
+  // Rule 4: hysteresis. Each text names the rule that decided: share and gain for an adoption
+  // (both must qualify), the one that failed (or both) for a drop.
   const int patience = settings_.patience;
   const bool adopt_ready = adopt_target_ >= 0 && adopt_streak_ >= patience;
-  auto adopt_reason = [&](int r) {
-    std::ostringstream os;
-    os.imbue(std::locale::classic());
-    os << "rank " << r << " was last in " << pct(share(e, r)) << " of the window's "
-       << e.significant << " significant calls (median delay " << ms(median_delay(r))
-       << ", critical delay "
-       << ms(cf::stragglar_critical_delay(n_, median_bytes(), link_.alpha_s, link_.beta_s_per_byte))
-       << " at " << static_cast<int64_t>(median_bytes()) << " bytes); predicted gain "
-       << ms(gain(r, link_)) << " per call over Ring";
-    return os.str();
-  };
   if (straggler_ >= 0 && leave_streak_ >= patience) {
     const int old = straggler_;
-    std::ostringstream os;
-    os.imbue(std::locale::classic());
     if (adopt_ready) {
-      os << "rank " << adopt_target_ << " replaces rank " << old << " (last in "
-         << pct(share(e, old)) << ", predicted gain " << ms(gain(old, link_)) << " per call): "
-         << adopt_reason(adopt_target_);
-      record_decision(adopt_target_, os.str());
+      record_decision(adopt_target_, "rank " + std::to_string(adopt_target_) + " replaces rank " +
+                                         std::to_string(old) + ": rank " + std::to_string(old) +
+                                         " dropped " + drop_reason(e, old) + "; adopted: " +
+                                         adopt_reason(e, adopt_target_));
       adopt_target_ = -1;
       adopt_streak_ = 0;
     } else {
-      os << "rank " << old << " dropped: last in " << pct(share(e, old)) << " of the window's "
-         << e.significant << " significant calls (drop below " << pct(settings_.drop_share)
-         << "), median delay " << ms(median_delay(old)) << ", predicted gain "
-         << ms(gain(old, link_)) << " per call over Ring (needs > " << ms(settings_.min_gain_s)
-         << ")";
-      record_decision(-1, os.str());
+      record_decision(-1, "rank " + std::to_string(old) + " dropped " + drop_reason(e, old));
     }
     leave_streak_ = 0;
     return true;
   }
   if (straggler_ < 0 && adopt_ready) {
-    record_decision(adopt_target_, "adopted: " + adopt_reason(adopt_target_));
+    record_decision(adopt_target_, "adopted: " + adopt_reason(e, adopt_target_));
     adopt_target_ = -1;
     adopt_streak_ = 0;
     leave_streak_ = 0;
     return true;
   }
   return false;
+}
+
+std::string StragglerProfiler::share_text(const Evaluation& e, int rank,
+                                          const std::string& threshold) const {
+  std::ostringstream os;
+  os.imbue(std::locale::classic());
+  if (e.significant * 4 < static_cast<int64_t>(settings_.window)) {
+    // share() is 0 then: too few significant calls for a persistent straggler.
+    os << "only " << e.significant << " of the window's " << window_.size()
+       << " calls significant (a share needs " << (settings_.window + 3) / 4 << ")";
+  } else {
+    os << "last in " << pct(share(e, rank)) << " of the window's " << e.significant
+       << " significant calls";
+  }
+  os << ", " << threshold;
+  return os.str();
+}
+
+std::string StragglerProfiler::gain_text(int rank) const {
+  const Gain g = gain_of(rank, link_);
+  std::ostringstream os;
+  os.imbue(std::locale::classic());
+  os << "predicted gain " << ms(g.s) << " per call over Ring with ";
+  if (g.direct) {
+    os << "stragglar_direct";
+  } else {
+    // StragglAR's critical delay: the delay from which it beats Ring on the calls s is late for.
+    os << "StragglAR (critical delay "
+       << ms(cf::stragglar_critical_delay(n_, median_bytes(), link_.alpha_s, link_.beta_s_per_byte))
+       << " at " << static_cast<int64_t>(median_bytes()) << " bytes)";
+  }
+  os << ", needs > " << ms(settings_.min_gain_s);
+  return os.str();
+}
+
+std::string StragglerProfiler::adopt_reason(const Evaluation& e, int rank) const {
+  return "rank " + std::to_string(rank) + " was " +
+         share_text(e, rank, "adopt at " + pct(settings_.adopt_share)) + ", and its " +
+         gain_text(rank) + " (median delay " + ms(median_delay(rank)) + ")";
+}
+
+std::string StragglerProfiler::drop_reason(const Evaluation& e, int rank) const {
+  const std::string threshold = "drop below " + pct(settings_.drop_share);
+  const bool for_share = share(e, rank) < settings_.drop_share;
+  const bool for_gain = gain(rank, link_) <= settings_.min_gain_s;
+  const std::string by_share = share_text(e, rank, threshold);
+  const std::string by_gain = gain_text(rank);
+  const std::string delay = "median delay " + ms(median_delay(rank));
+  if (for_share && for_gain) {
+    return "for its share and its gain: " + by_share + "; " + by_gain + " (" + delay + ")";
+  }
+  if (for_share) {
+    return "for its share: " + by_share + " (not for its gain: " + by_gain + "; " + delay + ")";
+  }
+  return "for its gain: " + by_gain + " (not for its share: " + by_share + "; " + delay + ")";
 }
 
 StragglerProfiler::Evaluation StragglerProfiler::evaluate_counts() const {
@@ -261,8 +299,8 @@ double StragglerProfiler::share(const Evaluation& e, int rank) const {
   return static_cast<double>(e.counts[rank]) / static_cast<double>(e.significant);
 }
 
-double StragglerProfiler::gain(int rank, const LinkModel& link) const {
-  if (rank < 0 || window_.empty()) return 0;
+StragglerProfiler::Gain StragglerProfiler::gain_of(int rank, const LinkModel& link) const {
+  if (rank < 0 || window_.empty()) return {};
   double sum = 0, direct = 0;
   for (const auto& rec : window_) {
     const double bytes = static_cast<double>(rec.bytes);
@@ -270,8 +308,8 @@ double StragglerProfiler::gain(int rank, const LinkModel& link) const {
     if (direct_variant_)
       direct += stragglar_direct_call_gain(n_, bytes, rec.delay_s, rec.last == rank, link);
   }
-  if (direct_variant_) sum = std::max(sum, direct);
-  return sum / static_cast<double>(window_.size());
+  const bool use_direct = direct_variant_ && direct > sum;
+  return {(use_direct ? direct : sum) / static_cast<double>(window_.size()), use_direct};
 }
 
 double StragglerProfiler::median_delay(int rank) const {

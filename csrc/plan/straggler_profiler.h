@@ -32,7 +32,9 @@
 //     same rank qualified (if it qualified while another rank was still current, it replaces
 //     that rank in the batch where the latter is dropped). n <= 2: never adopt.
 //  5. Each change is recorded as a ProfilerDecision whose call is first_call + k (the first call
-//     that uses it) with a reason naming share, gain and delay.
+//     that uses it) with a reason naming share, gain and delay, and which of them decided: an
+//     adoption names both (both qualified) and the schedule the gain is for (StragglAR, with its
+//     critical delay, or stragglar_direct); a drop says "for its share", "for its gain" or both.
 //
 // A batch that contributes no valid call (k == 0 or every call skipped) updates nothing, and in
 // particular does not advance the hysteresis. With settings.enabled == false, add_batch still
@@ -175,10 +177,23 @@ class StragglerProfiler {
   bool update_straggler();
   Evaluation evaluate_counts() const;
   double share(const Evaluation& e, int rank) const;
-  double gain(int rank, const LinkModel& link) const;
+  // Rule 2's gain of `rank`, and whether it is StragglAR-direct's (the larger of the two).
+  struct Gain {
+    double s = 0;
+    bool direct = false;
+  };
+  Gain gain_of(int rank, const LinkModel& link) const;
+  double gain(int rank, const LinkModel& link) const { return gain_of(rank, link).s; }
   double median_delay(int rank) const;
   double median_bytes() const;
   void record_decision(int straggler, const std::string& reason);
+  // Decision texts (rule 5): the share against `threshold` ("adopt at 50.0%"), the gain and the
+  // schedule it is for against min_gain_s; why `rank` qualifies (both), why it goes (the rule
+  // that failed, then the other).
+  std::string share_text(const Evaluation& e, int rank, const std::string& threshold) const;
+  std::string gain_text(int rank) const;
+  std::string adopt_reason(const Evaluation& e, int rank) const;
+  std::string drop_reason(const Evaluation& e, int rank) const;
 
   int n_;
   ProfilerSettings settings_;

@@ -203,6 +203,78 @@ TEST(StragglerProfiler, SwitchesWithHysteresis) {
   EXPECT_EQ(s.decisions[1].call, 128u);
   EXPECT_EQ(s.decisions[1].straggler, 5);
   EXPECT_NE(s.decisions[1].reason.find("replaces rank 2"), std::string::npos) << s.decisions[1].reason;
+  // Why rank 2 went (rank 5 was last in the whole window: no share, and StragglAR for rank 2
+  // would lose its critical delay on every call), then why rank 5 came.
+  EXPECT_EQ(s.decisions[1].reason.rfind("rank 5 replaces rank 2: rank 2 dropped for its share and "
+                                        "its gain: last in 0.0% of the window's 64 significant "
+                                        "calls, drop below 30.0%; predicted gain -",
+                                        0),
+            0u)
+      << s.decisions[1].reason;
+  EXPECT_NE(s.decisions[1].reason.find("; adopted: rank 5 was last in 100.0% of the window's "
+                                       "64 significant calls, adopt at 50.0%, and its predicted "
+                                       "gain "),
+            std::string::npos)
+      << s.decisions[1].reason;
+}
+
+// Every decision text names the rule that applied: an adoption both (share and gain must
+// qualify) and the schedule its gain is for; a drop the rule that failed, then the other.
+TEST(StragglerProfiler, DecisionTextsNameTheReasonThatApplied) {
+  const auto npos = std::string::npos;
+  {
+    // StragglAR's gain: named with its critical delay.
+    StragglerProfiler p(8, defaults());
+    Feeder f{p, 8};
+    f.repeat(late(3, 0.005), 4);
+    ASSERT_EQ(p.straggler(), 3);
+    const std::string r = p.summary().decisions.at(0).reason;
+    EXPECT_EQ(r.rfind("adopted: rank 3 was last in 100.0% of the window's ", 0), 0u) << r;
+    EXPECT_NE(r.find(" significant calls, adopt at 50.0%, and its predicted gain "), npos) << r;
+    EXPECT_NE(r.find(" per call over Ring with StragglAR (critical delay "), npos) << r;
+    EXPECT_NE(r.find("bytes), needs > 0.000 ms (median delay 5.000 ms)"), npos) << r;
+    EXPECT_EQ(r.find("stragglar_direct"), npos) << r;
+  }
+  {
+    // StragglAR-direct allowed, and its gain the larger at 1 MiB on the default link: the text
+    // names it and not StragglAR's critical delay, which the decision did not use.
+    StragglerProfiler p(8, defaults());
+    p.set_direct_variant(true);
+    Feeder f{p, 8};
+    f.repeat(late(3, 0.005), 4);
+    ASSERT_EQ(p.straggler(), 3);
+    std::string r = p.summary().decisions.at(0).reason;
+    EXPECT_NE(r.find(" per call over Ring with stragglar_direct, needs > 0.000 ms"), npos) << r;
+    EXPECT_EQ(r.find("critical delay"), npos) << r;
+    // Nobody late any more: too few significant calls for a share. Its gain (StragglAR-direct
+    // beats Ring even on time at 1 MiB) did not decide it.
+    f.repeat(nobody(), 8);
+    ASSERT_EQ(p.straggler(), -1);
+    r = p.summary().decisions.back().reason;
+    EXPECT_EQ(r.rfind("rank 3 dropped for its share: only 0 of the window's 64 calls significant "
+                      "(a share needs 16), drop below 30.0% (not for its gain: predicted gain ",
+                      0),
+              0u)
+        << r;
+    EXPECT_NE(r.find(" per call over Ring with stragglar_direct, needs > 0.000 ms;"), npos) << r;
+  }
+  {
+    // 1 GiB among 4 ranks: a 1 s straggler is adopted; late by 1 ms it is still last in every
+    // call, but StragglAR no longer pays: dropped for its gain, not its share.
+    StragglerProfiler p(4, defaults());
+    Feeder f{p, 4};
+    f.bytes = 1024 * kMiB;
+    f.repeat(late(2, 1.0), 2);
+    ASSERT_EQ(p.straggler(), 2);
+    f.repeat(late(2, 0.001), 8);
+    ASSERT_EQ(p.straggler(), -1);
+    const std::string r = p.summary().decisions.back().reason;
+    EXPECT_EQ(r.rfind("rank 2 dropped for its gain: predicted gain -", 0), 0u) << r;
+    EXPECT_NE(r.find(", needs > 0.000 ms (not for its share: last in 100.0% of the window's 64 "
+                     "significant calls, drop below 30.0%; median delay "),
+              npos)
+        << r;
+  }
 }
 
 TEST(StragglerProfiler, NoFlappingBetweenThresholds) {
