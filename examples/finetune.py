@@ -31,6 +31,7 @@ import gc
 import json
 import math
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -616,6 +617,45 @@ def _rolling_mean(xs: list[float], width: int) -> list[float]:
     return out
 
 
+def decision_marks(stragg_res: dict[str, Any] | None, det: dict[str, Any]) -> list[dict[str, Any]]:
+    """The profiler's decisions as the figure marks them, in order: {"step" (1-based), "kind"
+    ("adopt" or "drop"), "rank", "label"}. The first adoption stands at the first step that ran
+    StragglAR (else at its decision's step), the others at their decision's step; a drop's label
+    says why, in the profiler's words ("for its gain", "for its share", both)."""
+    decisions = det.get("decisions") or []
+    res = stragg_res or {}
+    calls_before = res.get("calls_before_step") or []
+    calls_end = int(res.get("calls_end", 0)) + 1
+    marks: list[dict[str, Any]] = []
+    previous: int | None = None
+    for d in decisions:
+        step = _step_of_call(int(d["call"]), calls_before, calls_end) if calls_before else None
+        at = None if step is None else step + 1
+        rank = d.get("straggler")
+        if rank is not None:
+            if not any(m["kind"] == "adopt" for m in marks):
+                first = det.get("first_stragglar_step")
+                at = first if first is not None else at
+            label = f"stragg: StragglAR for rank {rank}"
+            marks.append({"step": at, "kind": "adopt", "rank": rank, "label": label})
+        elif previous is not None:
+            why = re.search(r"dropped (for its [a-z ]+?):", str(d.get("reason", "")))
+            label = f"stragg: rank {previous} dropped" + (f" ({why.group(1)})" if why else "")
+            marks.append({"step": at, "kind": "drop", "rank": previous, "label": label})
+        previous = rank
+    if not marks and det.get("first_stragglar_step") is not None:
+        # StragglAR ran without a profiler decision (a configured straggler).
+        marks.append(
+            {
+                "step": det["first_stragglar_step"],
+                "kind": "adopt",
+                "rank": det.get("detected_straggler"),
+                "label": f"stragg: StragglAR for rank {det.get('detected_straggler')}",
+            }
+        )
+    return [m for m in marks if m["step"] is not None]
+
+
 def plot_results(
     path: str, args: argparse.Namespace, results: dict[str, dict[str, Any]], det: dict[str, Any]
 ) -> str | None:
@@ -651,16 +691,16 @@ def plot_results(
             label=f"{b}: mean {mean_step(res, args.warmup) * 1e3:.0f} ms",
         )
         ax_l.plot(steps, res["losses"], color=c, lw=1.2, label=b)
-    step_mark = det.get("first_stragglar_step")
-    if step_mark is None:
-        step_mark = det.get("detected_at_step")
-    if step_mark is not None:
+    # Each decision of the profiler: an adoption as a red dashed line, a drop as a black dotted
+    # one, each in the legend with its rank (and, for a drop, why).
+    for mark in decision_marks(stragg_res, det):
+        adopt = mark["kind"] == "adopt"
         ax_t.axvline(
-            step_mark,
-            color="tab:red",
-            ls="--",
+            mark["step"],
+            color="tab:red" if adopt else "black",
+            ls="--" if adopt else ":",
             lw=1,
-            label=f"stragg: StragglAR for rank {det.get('detected_straggler')}",
+            label=mark["label"],
         )
     if args.warmup:
         ax_t.axvspan(0.5, args.warmup + 0.5, color="gray", alpha=0.12, lw=0)
