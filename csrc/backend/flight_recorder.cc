@@ -4,6 +4,7 @@
 #include <ATen/core/Dict.h>
 #include <ATen/core/List.h>
 #include <ATen/core/ivalue.h>
+#include <c10/util/Exception.h>
 #include <c10/util/Logging.h>
 #include <torch/csrc/distributed/c10d/FlightRecorder.hpp>
 #include <torch/csrc/jit/serialization/pickle.h>
@@ -362,6 +363,42 @@ void FlightRecorder::on_failure(const std::shared_ptr<FrGroup>& group, const std
     LOG(ERROR) << "stragg: rank " << group->global_rank
                << ": could not write the flight recorder dump to " << path << ": " << e.what();
   }
+}
+
+std::shared_ptr<FrGroup> FlightRecorder::add_group(
+    const std::string& name, int rank, int size,
+    std::function<std::vector<CallRecord>()> recent_calls) {
+  auto group = std::make_shared<FrGroup>();
+  group->name = name;
+  char* end = nullptr;
+  const long long id = std::strtoll(name.c_str(), &end, 10);
+  group->pg_id = (end != name.c_str() && *end == '\0')
+                     ? id
+                     : static_cast<int64_t>(std::hash<std::string>{}(name) & 0x7fffffff);
+  for (int r = 0; r < size; ++r) group->global_ranks.push_back(r);
+  group->global_rank = rank;
+  group->recent_calls = std::move(recent_calls);
+  add_group(group);
+  return group;
+}
+
+void FlightRecorder::finished(const std::shared_ptr<FrGroup>& group, int64_t id,
+                              std::exception_ptr error) {
+  std::string why;
+  if (error) {
+    try {
+      std::rethrow_exception(error);
+    } catch (const c10::Error& e) {
+      why = e.msg();
+    } catch (const std::exception& e) {
+      why = e.what();
+    } catch (...) {
+      why = "unknown error";
+    }
+    if (why.empty()) why = "failed";
+  }
+  finished(id, why);
+  if (error) on_failure(group, why);
 }
 
 std::string fr_profiling_name(const char* op) {

@@ -27,6 +27,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <exception>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -76,6 +77,14 @@ class FlightRecorder {
   void on_failure(const std::shared_ptr<FrGroup>& group, const std::string& why);
 
   void add_group(const std::shared_ptr<FrGroup>& group);
+  // A new group, added: torch's pg_name `name` (its pg_id: the name when it is a number, else a
+  // hash of it), this process's `rank` of `size` (global ranks 0..size-1 until the backend
+  // learns the members'), `recent_calls` the session's.
+  std::shared_ptr<FrGroup> add_group(const std::string& name, int rank, int size,
+                                     std::function<std::vector<CallRecord>()> recent_calls);
+  // The end of entry `id` of `group`: finished(), with the message of `error` if there is one
+  // (then also on_failure()). Never throws.
+  void finished(const std::shared_ptr<FrGroup>& group, int64_t id, std::exception_ptr error);
   // The backend is going away: stop reading its session.
   void detach_group(const std::shared_ptr<FrGroup>& group);
 

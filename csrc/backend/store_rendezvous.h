@@ -1,7 +1,7 @@
 // stragg::Rendezvous on top of a c10d Store (the one torch.distributed hands to the backend).
 // A wait that runs out of time is a timeout (std::nullopt); every other store failure
 // (connection refused, reset or closed: the store's host is gone) raises stragg::StoreError at
-// once, naming the store and torch's error.
+// once, naming the store and torch's error. StoreInfo: what the Python creator knows of that store.
 #pragma once
 
 #include <c10/util/Exception.h>
@@ -15,6 +15,13 @@
 #include "common/rendezvous.h"
 
 namespace stragg {
+
+// What the Python creator knows about the store behind the group's.
+struct StoreInfo {
+  std::string host;              // TCPStore host / MASTER_ADDR (picks the TCP address); may be ""
+  std::string description;       // "the TCPStore at host:port", for messages
+  bool hosted_by_rank0 = false;  // rank 0's process hosts it (see Rendezvous::hosted_by_rank0)
+};
 
 class StoreRendezvous final : public Rendezvous {
  public:

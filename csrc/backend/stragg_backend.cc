@@ -1,12 +1,8 @@
 #include "backend/stragg_backend.h"
 
-#include <ATen/MemoryOverlap.h>
 #include <ATen/record_function.h>
 #include <c10/util/Exception.h>
 #include <c10/util/Logging.h>
-
-#include <cstdlib>
-#include <functional>
 
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 
@@ -14,6 +10,7 @@
 #include "backend/cuda_allreduce.h"
 #endif
 #include "backend/call_trace.h"
+#include "backend/copy_back.h"
 #include "backend/dist_error.h"
 #include "backend/store_arrival_board.h"
 #include "backend/store_rendezvous.h"
@@ -45,18 +42,9 @@ StraggBackend::StraggBackend(const c10::intrusive_ptr<c10d::Store>& store, int r
   StoreRendezvous rdv(store, store_info.description, store_info.hosted_by_rank0);
   rethrow_as_dist_error([&] { session_ = std::make_unique<Session>(rdv, o); });
   if (FlightRecorder::get().enabled()) {
-    fr_group_ = std::make_shared<FrGroup>();
-    fr_group_->name = name;
-    char* end = nullptr;
-    const long long id = std::strtoll(name.c_str(), &end, 10);
-    fr_group_->pg_id = (end != name.c_str() && *end == '\0')
-                           ? id
-                           : static_cast<int64_t>(std::hash<std::string>{}(name) & 0x7fffffff);
-    for (int r = 0; r < size; ++r) fr_group_->global_ranks.push_back(r);
-    fr_group_->global_rank = rank;
     Session* session = session_.get();
-    fr_group_->recent_calls = [session] { return session->recent_calls(); };
-    FlightRecorder::get().add_group(fr_group_);
+    fr_group_ = FlightRecorder::get().add_group(name, rank, size,
+                                                [session] { return session->recent_calls(); });
   }
 #ifdef STRAGG_BACKEND_CUDA
   if (cuda_mode == "stragg") {
@@ -224,7 +212,7 @@ c10::intrusive_ptr<c10d::Work> StraggBackend::barrier(const c10d::BarrierOptions
     const int64_t fr_id = fr_record("barrier", {}, {}, timeout);
     rethrow_as_dist_error([&] {
       session_->barrier(timeout, [this, work, fr_id](std::exception_ptr error) {
-        fr_finished(fr_id, error);
+        FlightRecorder::get().finished(fr_group_, fr_id, error);
         work->complete(to_dist_error(error));
       });
     });
@@ -303,66 +291,13 @@ c10::intrusive_ptr<c10d::Work> StraggBackend::submit_allreduce(
   }
   const int64_t fr_id = fr_record(name, work->outputs(), work->outputs(), timeout);
   call.done = [this, fr_id, done](std::exception_ptr error) {
-    fr_finished(fr_id, error);
+    FlightRecorder::get().finished(fr_group_, fr_id, error);
     done(error);
   };
   uint64_t seq = 0;
   rethrow_as_dist_error([&] { seq = session_->submit(std::move(call)); });
   FlightRecorder::get().set_call_seq(fr_id, seq);
   return work;
-}
-
-namespace {
-
-// Writes `result` (shaped like `out`) into `out`. An expanded `out` (stride-0 dimensions: its
-// elements share memory) gets the one value its shared elements can hold, which is well defined
-// when the result agrees along those dimensions (as it does when every rank expanded alike);
-// otherwise, or for other self-overlapping layouts, a stragg::Error says why.
-void write_result(const at::Tensor& out, const at::Tensor& result, int rank) {
-  // TooHard: strided layouts torch does not analyse; copy_ refuses only a certain overlap.
-  if (at::has_internal_overlap(out) != at::MemOverlap::Yes) {
-    out.copy_(result);
-    return;
-  }
-  at::Tensor target = out;
-  at::Tensor first = result;
-  for (int64_t d = 0; d < out.dim(); ++d) {
-    if (out.stride(d) == 0 && out.size(d) > 1) {
-      target = target.narrow(d, 0, 1);
-      first = first.narrow(d, 0, 1);
-    }
-  }
-  const std::string where = "stragg: rank " + std::to_string(rank) + ": all_reduce: ";
-  if (at::has_internal_overlap(target) == at::MemOverlap::Yes) {
-    throw Error(where +
-                "the tensor's elements overlap in memory in a way that cannot hold the "
-                "result (not a plain expand()); clone() it first");
-  }
-  const at::Tensor whole = first.expand_as(result).contiguous();
-  const at::Tensor want = result.contiguous();
-  if (!at::equal(whole.view(at::kByte), want.view(at::kByte))) {
-    throw Error(where + "the tensor is expanded (stride 0) but the result differs along the " +
-                "expanded dimensions (the ranks did not expand their tensors alike), so this " +
-                "rank's tensor cannot hold it; clone() it first");
-  }
-  target.copy_(first);
-}
-
-}  // namespace
-
-void copy_back(const at::Tensor& buffer, const std::vector<at::Tensor>& outputs, int rank) {
-  if (outputs.size() == 1) {
-    const at::Tensor& out = outputs[0];
-    write_result(out, out.is_complex() ? at::view_as_complex(buffer) : buffer.view(out.sizes()),
-                 rank);
-    return;
-  }
-  int64_t offset = 0;
-  for (const auto& out : outputs) {
-    const int64_t n = out.numel();
-    write_result(out, buffer.narrow(0, offset, n).view(out.sizes()), rank);
-    offset += n;
-  }
 }
 
 c10::intrusive_ptr<c10d::Work> StraggBackend::measure_links() {
@@ -409,24 +344,6 @@ int64_t StraggBackend::fr_record(const char* op, const std::vector<at::Tensor>& 
                                  std::chrono::milliseconds timeout, bool is_p2p) {
   return FlightRecorder::get().record(fr_group_, getGroupDesc(), fr_profiling_name(op), inputs,
                                       outputs, timeout, is_p2p);
-}
-
-void StraggBackend::fr_finished(int64_t id, std::exception_ptr error) {
-  std::string why;
-  if (error) {
-    try {
-      std::rethrow_exception(error);
-    } catch (const c10::Error& e) {
-      why = e.msg();
-    } catch (const std::exception& e) {
-      why = e.what();
-    } catch (...) {
-      why = "unknown error";
-    }
-    if (why.empty()) why = "failed";
-  }
-  FlightRecorder::get().finished(id, why);
-  if (error) FlightRecorder::get().on_failure(fr_group_, why);
 }
 
 void StraggBackend::shutdown() {

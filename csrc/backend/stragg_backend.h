@@ -20,6 +20,8 @@
 #include <vector>
 
 #include "backend/flight_recorder.h"
+#include "backend/regroup.h"
+#include "backend/store_rendezvous.h"
 #include "backend/stragg_work.h"
 #include "plan/settings.h"
 #include "session/session.h"
@@ -30,34 +32,6 @@ namespace stragg {
 class CudaAllreduce;  // backend/cuda_allreduce.h
 #endif
 struct TraceGroup;  // backend/call_trace.h
-
-// What the Python creator knows about the store behind the group's.
-struct StoreInfo {
-  std::string host;              // TCPStore host / MASTER_ADDR (picks the TCP address); may be ""
-  std::string description;       // "the TCPStore at host:port", for messages
-  bool hosted_by_rank0 = false;  // rank 0's process hosts it (see Rendezvous::hosted_by_rank0)
-};
-
-class StraggBackend;
-
-// What torch asks of a parent group in shrink_group (Backend::shrink) and split_group
-// (Backend::split). The new backend is built by whoever created the parent (the Python creator,
-// stragg/_regroup.py: it knows the parent's store, settings and inner backends).
-struct RegroupRequest {
-  enum class Kind { Shrink, Split };
-  Kind kind = Kind::Shrink;
-  // Shrink: the parent ranks to exclude (sorted); Split: the new group's members (parent ranks,
-  // in the order that numbers them).
-  std::vector<int64_t> ranks;
-  int flags = 0;  // Shrink: SHRINK_DEFAULT (0) or SHRINK_ABORT (1)
-  // Split: torch's store for the new group, its timeout and name.
-  c10::intrusive_ptr<c10d::Store> store;
-  std::chrono::milliseconds timeout{0};
-  std::string group_name;
-};
-// Returns the new backend; null for a split that leaves this rank out.
-using Regroup =
-    std::function<c10::intrusive_ptr<c10d::Backend>(StraggBackend&, const RegroupRequest&)>;
 
 class StraggBackend final : public c10d::Backend {
  public:
@@ -195,12 +169,12 @@ class StraggBackend final : public c10d::Backend {
                                            const std::vector<at::Tensor>& outputs = {},
                                            bool is_p2p = false);
 
-  // Flight recorder (flight_recorder.h): a new "scheduled" entry (-1 when the recorder is off),
-  // and its end; a failure also writes the dump when TORCH_FR_DUMP_TEMP_FILE is set.
+  // Flight recorder (flight_recorder.h): a new "scheduled" entry (-1 when the recorder is off);
+  // FlightRecorder::finished ends it (a failure also writes the dump when
+  // TORCH_FR_DUMP_TEMP_FILE is set).
   int64_t fr_record(const char* op, const std::vector<at::Tensor>& inputs,
                     const std::vector<at::Tensor>& outputs, std::chrono::milliseconds timeout,
                     bool is_p2p = false);
-  void fr_finished(int64_t id, std::exception_ptr error);
 
   std::chrono::milliseconds timeout_;
   std::shared_ptr<FrGroup> fr_group_;  // null when the recorder is off
@@ -216,10 +190,5 @@ class StraggBackend final : public c10d::Backend {
   std::unique_ptr<CudaAllreduce> cuda_allreduce_;  // null: CUDA all_reduce goes to cuda_inner_
 #endif
 };
-
-// Copies the contiguous `buffer` back into the caller's tensors (one tensor, possibly complex,
-// non-contiguous or expanded; or several, flattened one after the other as allreduce_coalesced
-// packs them). Throws stragg::Error naming `rank` when an expanded tensor cannot hold the result.
-void copy_back(const at::Tensor& buffer, const std::vector<at::Tensor>& outputs, int rank);
 
 }  // namespace stragg
