@@ -14,8 +14,8 @@ WHICH=${STRAGG_SANITIZERS:-asan,tsan}
 COMMON=(-DSTRAGG_TORCH=OFF -DSTRAGG_PYTHON=OFF -DSTRAGG_BUILD_TESTS=ON -DSTRAGG_CUDA=off
   -DCMAKE_BUILD_TYPE=RelWithDebInfo)
 
-TSAN_TARGETS=(test_shm_transport test_tcp_transport test_mixed_transport test_serial_worker
-  test_session test_mixed_session test_executor test_oneshot test_host_gpu_executor
+TSAN_TARGETS=(test_shm_transport test_tcp_transport test_tcp_resume test_mixed_transport
+  test_serial_worker test_session test_mixed_session test_executor test_oneshot test_host_gpu_executor
   test_host_gpu_faults)
 TSAN_LOG=build/tsan-build.log
 tsan_build() {

@@ -7,7 +7,8 @@ The stranger connects three times to rank 0's port: garbage on one, a well-forme
 another protocol version claiming to be rank 1 on a second, nothing on the third. Once rank 0
 dropped the first two, it deletes the rule (rank 1's next SYN retry gets in and the mesh
 completes), then records whether the third was dropped once the mesh is up and whether the port
-is closed afterwards. (tests/cpp/test_tcp_transport.cc checks the same with threads.)
+is still open afterwards (it stays open for re-dials). (tests/cpp/test_tcp_transport.cc checks
+the same with threads.)
 
 usage: netns_intruder.py HOST PORT RULE_PRIO OUT_JSON
 """

@@ -63,7 +63,15 @@ bool decode_beat(const uint8_t* payload, size_t len, Beat* beat) {
   return true;
 }
 
-bool ControlConnection::read(const std::function<void(std::string)>& on_abort) {
+void ControlConnection::fail(int err) {
+  if (lost_err_ == 0) lost_err_ = loss_pending_ = err;
+  readable_ = writable_ = false;
+  out_.clear();
+  out_sent_ = 0;
+}
+
+bool ControlConnection::read(const std::function<void(std::string)>& on_abort,
+                             const std::function<void(uint64_t)>& on_ack) {
   uint8_t buf[4096];
   while (readable_) {
     const Transfer t = receive_some(fd_.get(), buf, sizeof buf);
@@ -72,21 +80,26 @@ bool ControlConnection::read(const std::function<void(std::string)>& on_abort) {
       last_heard_ = std::chrono::steady_clock::now();
     } else if (t.would_block) {
       break;
+    } else if (t.err != 0) {
+      fail(t.err);  // reset: re-dialed by the transport
     } else {
-      // EOF or reset: the peer closed its transport or died. Its data connection decides when
-      // it counts as dead (see tcp_transport.h); stop polling this one.
+      // EOF: the peer closed its transport or died. Its data connection decides when it
+      // counts as dead (see tcp_transport.h); stop polling this one.
       readable_ = false;
     }
   }
-  return parse(on_abort);
+  return parse(on_abort, on_ack);
 }
 
-bool ControlConnection::parse(const std::function<void(std::string)>& on_abort) {
+bool ControlConnection::parse(const std::function<void(std::string)>& on_abort,
+                              const std::function<void(uint64_t)>& on_ack) {
   size_t pos = 0;
   while (in_.size() - pos >= sizeof(ControlHead)) {
     ControlHead head;
     std::memcpy(&head, in_.data() + pos, sizeof head);
-    if (head.len > kMaxControlPayload || (head.type != kBeat && head.type != kAbort)) {
+    const bool known = head.type == kBeat || head.type == kAbort ||
+                       (head.type == kAck && head.len == sizeof(uint64_t));
+    if (head.len > kMaxControlPayload || !known) {
       readable_ = false;
       in_.clear();
       return false;
@@ -103,6 +116,10 @@ bool ControlConnection::parse(const std::function<void(std::string)>& on_abort) 
       peer_beat_ = std::move(beat);
     } else if (head.type == kAbort) {
       on_abort(std::string(reinterpret_cast<const char*>(payload), head.len));
+    } else {
+      uint64_t offset;
+      std::memcpy(&offset, payload, sizeof offset);
+      on_ack(offset);
     }
     pos += sizeof head + head.len;
   }
@@ -122,10 +139,16 @@ bool ControlConnection::flush() {
     if (out_sent_ == out_.size()) {
       out_.clear();
       out_sent_ = 0;
-      if (!pending_beat_) return true;
-      const std::string beat = std::move(*pending_beat_);
-      pending_beat_.reset();
-      queue(kBeat, beat.data(), beat.size());
+      if (!pending_beat_ && pending_ack_ == 0) return true;
+      if (pending_beat_) {
+        const std::string beat = std::move(*pending_beat_);
+        pending_beat_.reset();
+        queue(kBeat, beat.data(), beat.size());
+      }
+      if (pending_ack_ != 0) {
+        queue(kAck, &pending_ack_, sizeof pending_ack_);
+        pending_ack_ = 0;
+      }
     }
     const Transfer t = send_some(fd_.get(), out_.data() + out_sent_, out_.size() - out_sent_);
     if (t.moved()) {
@@ -133,9 +156,7 @@ bool ControlConnection::flush() {
     } else if (t.would_block) {
       return false;
     } else {
-      writable_ = false;  // the peer is gone; nothing more to tell it
-      out_.clear();
-      out_sent_ = 0;
+      fail(t.err);  // reset (re-dialed by the transport) or the peer is gone
     }
   }
   return true;

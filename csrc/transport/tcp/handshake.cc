@@ -16,7 +16,7 @@ namespace stragg::tcp {
 namespace {
 
 constexpr uint64_t kHelloMagic = 0x5354524147475443ull;  // "STRAGGTC"
-constexpr uint32_t kProtocolVersion = 1;
+constexpr uint32_t kProtocolVersion = 2;  // 2: resumable data streams, ACK frames, re-dials
 constexpr int kMaxConnectAttempts = 20;
 constexpr auto kConnectRetryDelay = std::chrono::milliseconds(50);
 
@@ -57,11 +57,12 @@ std::string Directory::peer_address(int peer) const {
          host_port(records[peer].host, records[peer].port);
 }
 
-Hello Directory::hello_to(int peer, uint32_t channel) const {
+Hello Directory::hello_to(int peer, uint32_t channel, uint32_t flags) const {
   Hello h{};
   h.magic = kHelloMagic;
   h.version = kProtocolVersion;
   h.channel = channel;
+  h.flags = flags;
   h.from = rank;
   h.to = peer;
   h.size = size;
@@ -79,14 +80,16 @@ std::string Directory::check_hello(const Hello& h) const {
   if (h.from <= rank || h.from >= size || h.channel >= kNumChannels) {
     return "invalid rank or channel";
   }
+  if ((h.flags & ~kHelloResume) != 0) return "unknown flags " + std::to_string(h.flags);
   if (h.from_nonce != records[h.from].nonce) {
     return "claims to be rank " + std::to_string(h.from) + " but does not match its record";
   }
   return "";
 }
 
-bool Directory::reply_matches(const Hello& h, int peer, uint32_t channel) const {
+bool Directory::reply_matches(const Hello& h, int peer, uint32_t channel, uint32_t flags) const {
   return h.magic == kHelloMagic && h.version == kProtocolVersion && h.channel == channel &&
+         h.flags == flags &&
          h.from == peer && h.to == rank && h.size == size && h.from_nonce == records[peer].nonce &&
          h.to_nonce == nonce;
 }
@@ -94,9 +97,15 @@ bool Directory::reply_matches(const Hello& h, int peer, uint32_t channel) const 
 // ------------------------------------------------------------------------------------------------
 // Handshake
 
-Handshake::Handshake(const Directory& dir, const TcpOptions& options, int peer, uint32_t channel)
-    : dir_(&dir), options_(&options), outgoing_(true), peer_(peer), channel_(channel) {
-  out_ = dir.hello_to(peer, channel);
+Handshake::Handshake(const Directory& dir, const TcpOptions& options, int peer, uint32_t channel,
+                     bool resume)
+    : dir_(&dir),
+      options_(&options),
+      outgoing_(true),
+      resume_(resume),
+      peer_(peer),
+      channel_(channel) {
+  out_ = dir.hello_to(peer, channel, resume ? kHelloResume : 0);
   out_ready_ = true;
   start_connect();
 }
@@ -122,8 +131,14 @@ void Handshake::start_connect() {
 void Handshake::connect_failed(int err) {
   fd_.reset();
   connecting_ = false;
-  const bool retry =
-      (err == ECONNREFUSED || err == ETIMEDOUT || err == EAGAIN) && attempts_ < kMaxConnectAttempts;
+  refused_ = err == ECONNREFUSED;
+  if (resume_) {  // the caller decides (resume.h): never retried here, never thrown
+    failed_ = true;
+    return;
+  }
+  const bool retry = !resume_ &&
+                     (err == ECONNREFUSED || err == ETIMEDOUT || err == EAGAIN) &&
+                     attempts_ < kMaxConnectAttempts;
   if (retry) {
     retry_at_ = Clock::now() + kConnectRetryDelay;
     return;
@@ -186,7 +201,8 @@ bool Handshake::on_readable() {
                 " closed the connection during the handshake (" + why +
                 "); did it reject this rank's identity?");
   }
-  if (outgoing_ && !dir_->reply_matches(in_, peer_, channel_)) {
+  if (outgoing_ && !dir_->reply_matches(in_, peer_, channel_, out_.flags)) {
+    wrong_identity_ = true;
     throw Error(dir_->context() + ": " + dir_->peer_address(peer_) +
                 " answered the handshake with a wrong identity (a different process or group "
                 "listens there)");
@@ -201,7 +217,8 @@ bool Handshake::awaiting_verdict() const {
 void Handshake::accept_hello() {
   peer_ = in_.from;
   channel_ = in_.channel;
-  out_ = dir_->hello_to(peer_, channel_);
+  resume_ = (in_.flags & kHelloResume) != 0;
+  out_ = dir_->hello_to(peer_, channel_, in_.flags & kHelloResume);
   out_ready_ = true;
 }
 

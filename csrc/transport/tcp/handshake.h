@@ -10,6 +10,13 @@
 // connector checks in turn. The nonce is random per process and setup, so a record can only be
 // matched by the process that published it. Binary fields travel in native byte order (ranks
 // must share endianness, as the verbatim MessageHeader already requires).
+//
+// Re-dials (resume.h): after setup the listening socket stays open, and a connection that breaks
+// while both ranks live (a reset) is dialed again by the rank that dialed it at setup, with the
+// same hello carrying kHelloResume in `flags` (the acceptor checks the same identity, nonces
+// included, so only the process that set up the group can take its connection back; a
+// restarted process has a new nonce). A resume handshake does not retry refusals itself: a
+// refused re-dial means the peer's listener is gone, i.e. its process or transport is.
 #pragma once
 
 #include <chrono>
@@ -28,6 +35,7 @@ namespace stragg::tcp {
 using Clock = std::chrono::steady_clock;
 
 enum Channel : uint32_t { kDataChannel = 0, kControlChannel = 1, kNumChannels = 2 };
+constexpr uint32_t kHelloResume = 1;  // Hello::flags: a re-dial of a connection set up before
 
 struct Hello {
   uint64_t magic;
@@ -36,7 +44,7 @@ struct Hello {
   int32_t from;
   int32_t to;
   int32_t size;
-  uint32_t pad;
+  uint32_t flags;  // kHelloResume on a re-dial
   uint64_t from_nonce;
   uint64_t to_nonce;
 };
@@ -66,12 +74,12 @@ struct Directory {
   std::string context() const;
   // "rank P at host:port".
   std::string peer_address(int peer) const;
-  Hello hello_to(int peer, uint32_t channel) const;
+  Hello hello_to(int peer, uint32_t channel, uint32_t flags = 0) const;
   // Why a hello received from a connecting rank is not acceptable ("" if it is). Whether that
   // rank already connected on the channel is the mesh's to check.
   std::string check_hello(const Hello& h) const;
-  // True if `h` is `peer`'s correct answer on `channel`.
-  bool reply_matches(const Hello& h, int peer, uint32_t channel) const;
+  // True if `h` is `peer`'s correct answer on `channel` (with the same `flags`).
+  bool reply_matches(const Hello& h, int peer, uint32_t channel, uint32_t flags = 0) const;
 };
 
 // One connection being made. Outgoing: connect (a refusal is retried for a short while: the
@@ -81,7 +89,11 @@ struct Directory {
 class Handshake {
  public:
   // Outgoing connection to `peer` on `channel`; starts connecting. Throws stragg::Error.
-  Handshake(const Directory& dir, const TcpOptions& options, int peer, uint32_t channel);
+  // `resume`: a re-dial (kHelloResume); then a failure to connect is not retried nor thrown
+  // but leaves failed() (and the socket closed), a bad reply throws as usual, and refused() /
+  // wrong_identity() say whether the failure proves the peer gone.
+  Handshake(const Directory& dir, const TcpOptions& options, int peer, uint32_t channel,
+            bool resume = false);
   // Incoming connection, just accepted from `remote`.
   Handshake(const Directory& dir, const TcpOptions& options, Fd fd, std::string remote);
 
@@ -92,6 +104,12 @@ class Handshake {
   int fd() const { return fd_.get(); }
   bool has_fd() const { return fd_.valid(); }
   bool connecting() const { return connecting_; }
+  bool resume() const { return resume_; }
+  bool failed() const { return failed_; }
+  // Resume mode, after a throw: the connection was refused (nobody listens at the peer's
+  // address), or the peer answered with another identity (another process listens there).
+  bool refused() const { return refused_; }
+  bool wrong_identity() const { return wrong_identity_; }
 
   // Outgoing and closed after a refusal: reconnects once `now` reached retry_at().
   void reconnect_if_due(Clock::time_point now);
@@ -125,6 +143,10 @@ class Handshake {
   const TcpOptions* options_;
   Fd fd_;
   bool outgoing_ = false;
+  bool resume_ = false;
+  bool refused_ = false;
+  bool wrong_identity_ = false;
+  bool failed_ = false;
   int peer_ = -1;
   uint32_t channel_ = 0;
   std::string remote_;

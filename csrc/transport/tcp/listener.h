@@ -1,7 +1,7 @@
 // The listening socket of TCP setup. It listens on bind_host (or advertise_host when that is
 // empty) and the configured port (0: an ephemeral one, so several ranks can share an address),
-// hands out the connections that arrive while the mesh is being connected, and is closed once
-// the mesh is up (when the Listener is destroyed).
+// hands out the connections that arrive while the mesh is being connected, and then stays open
+// for the transport's life: the re-dials of connections that break (resume.h) arrive on it.
 #pragma once
 
 #include <cstdint>

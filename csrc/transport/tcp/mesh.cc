@@ -35,11 +35,12 @@ class MeshSetup {
       if (Clock::now() >= deadline_) timeout_error();
       poll_once();
     }
-    // The listener first, then the strays still pending: in the other order (the members'
-    // destruction order) a stranger that saw its connection dropped could still connect to the
-    // open port (seen in CI: tests/test_netns.py::test_tcp_strays_during_setup_are_dropped).
-    listener_.reset();
+    // The strays still pending are closed; the listener stays open for re-dials (the transport
+    // drops strays that connect later).
     pending_.clear();
+    mesh_.listener = std::make_unique<Listener>(std::move(*listener_));
+    listener_.reset();
+    mesh_.directory = dir_;
     return std::move(mesh_);
   }
 
@@ -174,6 +175,7 @@ void MeshSetup::on_events(Handshake& h, short revents) {
 bool MeshSetup::judge(Handshake& h) {
   if (h.outgoing() || !h.awaiting_verdict()) return true;
   std::string bad = dir_.check_hello(h.received());
+  if (bad.empty() && (h.received().flags & kHelloResume)) bad = "a re-dial before setup finished";
   if (bad.empty()) bad = duplicate(h.received());
   if (!bad.empty()) {
     last_rejection_ = "rejected a connection from " + h.remote() + ": " + bad;

@@ -52,6 +52,7 @@ class PollSet {
 
   size_t size() const { return fds_.size(); }
   short revents(size_t i) const { return fds_[i].revents; }
+  int fd(size_t i) const { return fds_[i].fd; }
   Kind kind(size_t i) const { return kinds_[i]; }
   int peer(size_t i) const { return peers_[i]; }
 
