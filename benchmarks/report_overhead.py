@@ -60,7 +60,7 @@ from _common import (
 ON, OFF, TRACE = "report-on", "report-off", "report-on+trace"
 UNTRACED = "report-on, trace phase"  # the trace's baseline: the report-on group in its phase
 _FIRST_PROBE_ROUNDS = 200  # warm-up rounds at most, waiting for the first link probe to end
-_LONGEST_EXCHANGE_PERIOD = 4096  # calls per profiler exchange at most (group_profiler.cc)
+_LONGEST_EXCHANGE_PERIOD = 4096  # calls per profiler exchange at most (session/group_profiler_tuning.h)
 FR_SIZE = "2000"  # TORCH_FR_BUFFER_SIZE when the recorder is on (torch's documented example)
 
 
