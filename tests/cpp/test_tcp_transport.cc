@@ -630,7 +630,7 @@ TEST(TcpExecutor, KilledProcessIsReportedDead) {
 }
 
 // Throughput, not a correctness test: STRAGG_BENCH=1 ./test_tcp_transport
-// --gtest_filter='*Bench*' (optional STRAGG_BENCH_MIB, _RANKS, _STAGING, _SOCKBUF).
+// --gtest_filter='*Bench*' (optional STRAGG_BENCH_MIB, _RANKS, _STAGING, _SOCKBUF, _RESEND).
 TEST(TcpExecutor, BenchRingAllreduce) {
   if (!std::getenv("STRAGG_BENCH")) GTEST_SKIP() << "set STRAGG_BENCH=1 to run";
   auto env = [](const char* name, long dflt) {
@@ -643,6 +643,7 @@ TEST(TcpExecutor, BenchRingAllreduce) {
   opt.staging_bytes = static_cast<size_t>(env("STRAGG_BENCH_STAGING", 512 * 1024));
   opt.socket_send_buffer = static_cast<int>(env("STRAGG_BENCH_SOCKBUF", 0));
   opt.socket_recv_buffer = opt.socket_send_buffer;
+  opt.resend_bytes = static_cast<size_t>(env("STRAGG_BENCH_RESEND", 4 << 20));
   const size_t numel = mib * 1024 * 1024 / sizeof(float);
   InMemoryRendezvous rdv;
   std::vector<double> secs(n);
