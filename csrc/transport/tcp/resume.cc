@@ -116,7 +116,12 @@ void Reconnector::tick(Clock::time_point now, std::vector<Event>* out) {
         continue;
       }
       attempts_++;
-      link.dial.emplace(dir_, options_, peer, ch, /*resume=*/true);
+      try {
+        link.dial.emplace(dir_, options_, peer, ch, /*resume=*/true);
+      } catch (const Error&) {  // no socket (out of descriptors, ...): later
+        retry_later(link, now);
+        continue;
+      }
       link.deadline = now + attempt_timeout(link);
       if (link.dial->failed()) fail_dial(peer, ch, now, out);
     }
@@ -136,7 +141,8 @@ void Reconnector::add_poll(std::vector<pollfd>& fds, Clock::time_point* wake_at)
     fds.push_back({fd, events, 0});
     entries_.push_back({kind, peer, ch, fd});
   };
-  if (listener_) add(listener_->fd(), POLLIN, kListen, -1, 0);
+  // Full: strays hold every slot until their deadline (polling the listener would spin).
+  if (listener_ && incoming_.size() < kMaxIncoming) add(listener_->fd(), POLLIN, kListen, -1, 0);
   for (int peer = 0; peer < dir_.size; ++peer) {
     for (uint32_t ch = 0; ch < kNumChannels; ++ch) {
       Link& link = links_[peer][ch];
@@ -251,7 +257,12 @@ void Reconnector::handle(const std::vector<pollfd>& fds, Clock::time_point now,
     switch (e.kind) {
       case kListen:
         while (incoming_.size() < kMaxIncoming) {
-          auto accepted = listener_->accept(dir_.context());
+          std::optional<Listener::Accepted> accepted;
+          try {
+            accepted = listener_->accept(dir_.context());
+          } catch (const Error&) {  // out of descriptors, ...: the next poll tries again
+            break;
+          }
           if (!accepted) break;
           incoming_.push_back(std::make_unique<Incoming>(Incoming{
               Handshake(dir_, options_, std::move(accepted->fd), std::move(accepted->remote)),
