@@ -287,6 +287,40 @@ TEST(TcpResume, RingAllreduceSurvivesAResetBitwise) {
   for (const auto& w : warnings) EXPECT_NE(w.find("re-dialed"), std::string::npos) << w;
 }
 
+// The sender finished its send (the bytes sit in its kernel buffer and retransmit buffer) and
+// then makes no call at all, as an executor between collectives. A reset loses what the kernel
+// held; the heartbeat thread re-dials and resends without the executor, so the receiver gets
+// the whole message.
+TEST(TcpResume, AnIdleSendersBytesAreResentWithoutItsExecutor) {
+  InMemoryRendezvous rdv;
+  TcpOptions opt = tight_options();
+  opt.socket_send_buffer = 256 * 1024;  // the whole message fits in the kernel's buffers
+  opt.socket_recv_buffer = 256 * 1024;
+  opt.resend_bytes = 512 * 1024;
+  auto ts = testing::make_group(rdv, 2, tcp_maker(opt));
+  for (int sender : {0, 1}) {  // the accepting side, then the dialing side
+    SCOPED_TRACE("sender " + std::to_string(sender));
+    const int receiver = 1 - sender;
+    std::vector<uint8_t> data(200000);
+    for (size_t i = 0; i < data.size(); ++i) data[i] = pattern(sender, 1, i);
+    SendOp s = testing::make_send(receiver, data.data(), data.size(), 5);
+    testing::drive(*ts[sender], &s, nullptr);
+    ASSERT_TRUE(s.done);
+    const int64_t before = stat(*ts[sender], "tcp_reconnects");
+    const int64_t resent_before = stat(*ts[sender], "tcp_resent_bytes");
+    tcp_of(ts[receiver]).reset_connections(sender, /*data=*/true, /*control=*/false);
+    // The receiver notices when it reads; the sender's side only through its heartbeat thread.
+    testing::Receive rv(sender);
+    testing::drive(*ts[receiver], nullptr, &rv.op);
+    EXPECT_EQ(rv.sink.data, data);
+    EXPECT_EQ(rv.sink.header.step, 5u);
+    EXPECT_EQ(stat(*ts[sender], "tcp_reconnects"), before + 1);
+    // The reset dropped what waited in the receiver's socket: it came again from the buffer.
+    EXPECT_GE(stat(*ts[sender], "tcp_resent_bytes") - resent_before,
+              static_cast<int64_t>(data.size()) - 4096);
+  }
+}
+
 // The sender keeps at most resend_bytes of unacknowledged stream: a peer that reads nothing
 // makes the send stop at the bound (plus what the sockets hold), and reading releases it.
 TEST(TcpResume, TheRetransmitBufferStaysBounded) {
