@@ -4,14 +4,14 @@
 // The data connection from A to B is one FIFO byte stream of messages:
 //   8-byte magic | MessageHeader (64 bytes, copied verbatim) | payload_bytes of payload.
 // The sender writes straight from the caller's buffer (sendmsg with the frame head and the
-// payload as two iovecs), so it needs no staging. The receiver reads into a bounded staging
+// payload as two iovecs) and copies what the socket took into its retransmit buffer (below). The receiver reads into a bounded staging
 // buffer (staging_bytes, allocated on the first receive from that peer): on_header() runs as
 // soon as the head is complete, then on_data() gets consecutive pieces straight from the staging
 // buffer. Pieces start 64-byte aligned and, except for the last one of a message, are multiples
 // of 64 bytes, so they never split an element. Bytes read past the end of a message (the start
 // of the next one) stay in staging for the next RecvOp. RecvOp::limit holds bytes back in staging
 // (then in the socket) until the executor raises it. Memory per peer is therefore
-// staging_bytes plus the kernel socket buffers, whatever the message size. A message rejected by
+// staging_bytes plus resend_bytes plus the kernel socket buffers, whatever the message size. A message rejected by
 // on_header() (or abandoned half-way) leaves the stream unusable; later operations on it throw
 // instead of misreading it.
 //

@@ -79,7 +79,7 @@ struct TcpOptions {
   // StragglAR's later rounds shared the link with the round everybody waited for. Not always on:
   // Ring and OptCC lose the kernel's buffering behind a slow link.
   size_t unsent_bytes = 256 * 1024;
-  // Retransmit buffer per peer (resend_bytes.h, at least 64 KiB): what was sent to it and not
+  // Retransmit buffer per peer (resend_buffer.h, at least 64 KiB): what was sent to it and not
   // yet acknowledged, kept to resend after a re-dial. A send waits while it is full.
   size_t resend_bytes = 4 * 1024 * 1024;
   // Longest wait between two attempts to re-dial a broken connection (the first is at once,
