@@ -32,33 +32,36 @@ HOSTS = 3
 pytestmark = [pytest.mark.needs_backend]
 
 
-def _wait_for(job: Any, tag: str, deadline_s: float = 120.0) -> None:
-    """Until every host printed `tag` (a line of its own), or fails the test."""
+LABELS = [f"h{h}" for h in range(HOSTS)]
+
+
+def _wait_for(job: Any, tag: str, labels: list[str] = LABELS, deadline_s: float = 120.0) -> None:
+    """Until every rank printed `tag` (a line of its own), or fails the test."""
     deadline = time.monotonic() + deadline_s
     while time.monotonic() < deadline:
-        outs = [job.output(f"h{h}") for h in range(HOSTS)]
+        outs = [job.output(label) for label in labels]
         if all(any(ln.strip() == tag for ln in o.splitlines()) for o in outs):
             return
         if any(code is not None for code in job.poll()):
             break
         time.sleep(0.05)
-    pytest.fail(f"the hosts did not all reach {tag!r}:\n" +
-                "\n".join(job.output(f"h{h}")[-2000:] for h in range(HOSTS)))  # fmt: skip
+    pytest.fail(f"the ranks did not all reach {tag!r}:\n" +
+                "\n".join(job.output(label)[-2000:] for label in labels))  # fmt: skip
 
 
-def _results(res: Any) -> list[dict]:
+def _results(res: Any, labels: list[str] = LABELS) -> list[dict]:
     out = []
-    for h in range(HOSTS):
-        found = [ln.split("RESULT ", 1)[1] for ln in res.output(f"h{h}").splitlines()
+    for label in labels:
+        found = [ln.split("RESULT ", 1)[1] for ln in res.output(label).splitlines()
                  if ln.startswith("RESULT ")]  # fmt: skip
-        assert found, f"host {h} printed no RESULT:\n{res.describe()}"
+        assert found, f"{label} printed no RESULT:\n{res.describe()}"
         out.append(json.loads(found[-1]))
     return out
 
 
-def _check(out: list[dict], iters: int) -> None:
+def _check(out: list[dict], iters: int, transport: str = "tcp") -> None:
     for o in out:
-        assert o["transport"] == "tcp", o["transport"]
+        assert o["transport"] == transport, o["transport"]
         assert len(o["faulty"]) == iters, "a rank did not complete every call"
         assert o["faulty"] == out[0]["faulty"], f"rank {o['rank']} differs from rank 0"
         assert o["faulty"] == o["quiet"], (
@@ -75,9 +78,9 @@ def _stall(o: dict) -> float:
     return worst
 
 
-def _env(iters: int) -> dict[str, str]:
+def _env(iters: int, transport: str = "tcp") -> dict[str, str]:
     return {"ITERS": str(iters), "PG_TIMEOUT_S": "30", "STRAGG_ALGO": "ring",
-            "STRAGG_TRANSPORT": "tcp"}  # fmt: skip
+            "STRAGG_TRANSPORT": transport}  # fmt: skip
 
 
 def test_reset_connections_mid_loop_are_redialed_and_results_are_bitwise_equal() -> None:
@@ -129,3 +132,40 @@ def test_a_flap_with_resets_during_it_survives_without_a_redial_storm() -> None:
         assert s["tcp_redial_attempts"] <= 4 * 12, stats
     print("stall per rank (s):", [round(_stall(o), 3) for o in out],
           "attempts:", [s["tcp_redial_attempts"] for s in stats])  # fmt: skip
+
+
+@pytest.mark.slow
+def test_a_reset_on_one_host_with_three_ranks_over_tcp_breaks_both_ends_and_is_redialed() -> None:
+    """Three ranks on one host over TCP: `ss -K` destroys both ends of every connection (each
+    side fails with ECONNABORTED, nobody gets a RST); the dialing ends re-dial."""
+    emu = _emu.emucluster()
+    iters = 24
+    labels = [f"h0.{k}" for k in range(3)]
+    with emu.EmuCluster(hosts=1, rate="400mbit", name=_emu.new_name("o")) as c:
+        job = c.spawn([sys.executable, SCRIPT], nproc_per_node=3, env=_env(iters), output=None)
+        _wait_for(job, "iter 5", labels)
+        assert c.reset_connections(0), "ss -K found no connection to reset"
+        res = job.wait(timeout=180, fail_fast=True)
+    assert res.ok, res.describe()
+    out = _results(res, labels)
+    _check(out, iters)
+    assert all(o["stats"]["tcp_reconnects"] >= 2 for o in out), [o["stats"] for o in out]
+
+
+@pytest.mark.slow
+def test_a_reset_under_the_mixed_transport_is_redialed() -> None:
+    """2 hosts x 2 ranks (shared memory to the host mate, TCP to the others): host 1's
+    connections reset mid-loop; the same results as without it."""
+    emu = _emu.emucluster()
+    iters = 24
+    labels = [f"h{h}.{k}" for h in range(2) for k in range(2)]
+    with emu.EmuCluster(hosts=2, rate="400mbit", name=_emu.new_name("m")) as c:
+        job = c.spawn([sys.executable, SCRIPT], nproc_per_node=2, env=_env(iters, "mixed"),
+                      output=None)  # fmt: skip
+        _wait_for(job, "iter 5", labels)
+        assert c.reset_connections(1), "ss -K found no connection to reset"
+        res = job.wait(timeout=180, fail_fast=True)
+    assert res.ok, res.describe()
+    out = _results(res, labels)
+    _check(out, iters, "mixed")
+    assert all(o["stats"]["tcp_reconnects"] >= 2 for o in out), [o["stats"] for o in out]

@@ -139,6 +139,8 @@ TEST(MixedTransport, RoutesLocalPeersToShmAndRemoteOnesToTcpAndLeaksNothing) {
     EXPECT_EQ(stats["host_index"], 1);
     EXPECT_EQ(stats["hosts"], 2);
     EXPECT_EQ(stats.count("peer_transport.3"), 0u);
+    EXPECT_EQ(stats["tcp_reconnects"], 0);  // the TCP part's counters come along
+    EXPECT_GT(stats["tcp_resend_buffer_bytes"], 0);
   }
   EXPECT_EQ(count_open_fds(), fds);
   EXPECT_EQ(count_own_shm_entries(), shm);

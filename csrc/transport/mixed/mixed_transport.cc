@@ -129,6 +129,10 @@ TransportStats MixedTransport::stats() const {
   s["hosts"] = layout_.num_hosts();
   s["relayed_wakeups"] = static_cast<int64_t>(relayed_wakeups());
   s["helper_handbacks"] = static_cast<int64_t>(helper_handbacks());
+  // The TCP part's own counters (staging, retransmit buffer, re-dials); not its peer counts.
+  for (const auto& [key, value] : tcp_->stats()) {
+    if (key.rfind("tcp_", 0) == 0 && key != "tcp_peers") s[key] = value;
+  }
   return s;
 }
 

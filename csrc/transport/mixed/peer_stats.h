@@ -6,7 +6,8 @@
 // and, from the mixed transport, "host_index" (this rank's host, numbered by lowest rank),
 // "hosts" (hosts in the group), "relayed_wakeups" (wake-ups its helper thread passed between
 // the two sub-transports) and "helper_handbacks" (times the executor waited for the helper to
-// leave TCP's wait before using TCP itself).
+// leave TCP's wait before using TCP itself), with the TCP part's "tcp_*" counters (re-dials,
+// tcp_transport.h).
 #pragma once
 
 #include <cstdint>
