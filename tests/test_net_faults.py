@@ -98,8 +98,8 @@ def test_reset_connections_mid_loop_are_redialed_and_results_are_bitwise_equal()
     out = _results(res)
     _check(out, iters)
     stats = [o["stats"] for o in out]
-    # Host 2 dialed ranks 0 and 1 and accepted rank... none (3 hosts): both of its peers' data
-    # and control connections broke twice; each re-established one counts on both ends.
+    # Host 2 (rank 2) dialed ranks 0 and 1 at setup: its data and control connection to each
+    # broke twice, and each one re-established counts on both of its ends.
     assert stats[2]["tcp_reconnects"] >= 4, stats
     assert stats[0]["tcp_reconnects"] >= 2 and stats[1]["tcp_reconnects"] >= 2, stats
     print("stall per rank (s):", [round(_stall(o), 3) for o in out],
