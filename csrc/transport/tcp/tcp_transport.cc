@@ -557,8 +557,8 @@ void TcpTransport::apply_reconnects_locked(std::vector<tcp::ReconnectEvent>& eve
   for (auto& e : events) {
     Peer& p = *peers_[e.peer];
     if (e.kind == tcp::ReconnectEvent::kGone) {
-      log_info(rank_prefix(rank_) + "tcp: " + e.why + ": rank " + std::to_string(e.peer) +
-               " is gone");
+      // Not logged: the executor reports a dead peer that matters, and peers exiting at the
+      // end of a job are no news (this thread may outlive main() there, and the log sink).
       gone_locked(e.peer);
       continue;
     }
