@@ -1,6 +1,6 @@
-"""One rank of benchmarks/net_faults.py (started under torchrun on every emulated host).
+"""One rank of benchmarks/net_faults.py (on every emulated host: directly, or under torchrun).
 
-Environment: what torchrun sets (RANK, WORLD_SIZE, ...), what stragg.emucluster sets (EMU_HOST),
+Environment: RANK, WORLD_SIZE, ... (set by stragg.emucluster or torchrun), what stragg.emucluster sets (EMU_HOST),
 and NET_FAULTS_CONFIG (JSON: backend, model and data options, steps, process-group timeout,
 progress directory; see net_faults.py's job_config).
 

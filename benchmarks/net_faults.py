@@ -6,8 +6,8 @@
 
 What it measures (issue 47, item 8): the training benchmark's job (benchmarks/training.py: the
 demo's GPT-2 from examples/finetune.py, one gradient bucket = one all_reduce per step, AdamW,
-fixed seeds) as `torchrun --nnodes P` on P = --hosts emulated hosts (one rank each, every NIC
-shaped with tc), --steps steps, and the fault injected when rank 0 has finished step F
+fixed seeds) on P = --hosts emulated hosts (one rank each, started directly with RANK,
+WORLD_SIZE, MASTER_ADDR set, or under torchrun with --launch torchrun; every NIC shaped with tc), --steps steps, and the fault injected when rank 0 has finished step F
 (--fault-at):
 
   healthy-1nic  one NIC per host at R (--rate); no fault (the fault-free job of this shape)
@@ -21,7 +21,7 @@ shaped with tc), --steps steps, and the fault injected when rank 0 has finished 
 
 H = --host (default 2), A, B = --pair (default 1,2). Each backend's fault-free job of the
 cluster shape (one NIC, two NICs) runs whenever a fault of that shape runs (and healthy-1nic with
-healthy-2nic, for their ratio). Every job is a fresh torchrun job; the process-group timeout is
+healthy-2nic, for their ratio). Every job is a fresh job; the process-group timeout is
 --pg-timeout (default 60 s), every job is killed after --timeout (default 300 s), and after one
 rank fails the others get --fail-grace seconds to raise their own error before they are killed.
 
@@ -108,6 +108,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--pg-timeout", type=float, default=60.0,
                    help="process-group timeout of every job, s (60)")
     p.add_argument("--timeout", type=float, default=300.0, help="limit per job, s (300)")
+    p.add_argument("--launch", choices=["direct", "torchrun"], default="direct",
+                   help="direct (default): one process per host with RANK, WORLD_SIZE, ... set "
+                        "by stragg.emucluster; torchrun: under torchrun's elastic agent, whose "
+                        "own store connection a reset breaks (the agent then stops its worker)")
     p.add_argument("--fail-grace", type=float, default=15.0,
                    help="after a rank fails, the others' time to raise their own error (15)")
     p.add_argument("--reps", type=int, default=1,
@@ -253,7 +257,7 @@ def heal(args: argparse.Namespace, c: Any, fault: str) -> None:
 
 def run_job(c: Any, args: argparse.Namespace, fault: str, backend: str, workdir: str,
             port: int) -> dict[str, Any]:
-    """One torchrun job with its fault; returns every rank's records and the events."""
+    """One job with its fault; returns every rank's records and the events."""
     pdir = Path(tempfile.mkdtemp(prefix=f"{fault}-{backend}-", dir=workdir))
     os.chmod(pdir, 0o777)
     cfg = job_config(args, backend, fault, str(pdir))
@@ -262,7 +266,9 @@ def run_job(c: Any, args: argparse.Namespace, fault: str, backend: str, workdir:
     events: list[dict[str, Any]] = []
     t0 = time.monotonic()
     deadline = t0 + args.timeout
-    job = c.spawn([str(WORKER)], torchrun=True, env=env, master_port=port,
+    torchrun = args.launch == "torchrun"
+    cmd = [str(WORKER)] if torchrun else [sys.executable, str(WORKER)]
+    job = c.spawn(cmd, torchrun=torchrun, env=env, master_port=port,
                   output=sys.stderr if args.verbose else None)
     try:
         rank0 = pdir / "rank0.jsonl"
