@@ -3,10 +3,18 @@
 #include <algorithm>
 #include <deque>
 #include <sstream>
+#include <thread>
 
 #include "common/error.h"
 
 namespace stragg {
+
+namespace {
+// How long a timeout waits for an abort that may still be arriving (see Stall::timed_out).
+constexpr int kAbortGraceSteps = 40;
+constexpr auto kAbortGraceStep = std::chrono::milliseconds(50);
+}  // namespace
+
 namespace {
 
 constexpr auto kHealthEvery = std::chrono::milliseconds(100);
@@ -221,6 +229,17 @@ bool Stall::peers_are_past(const std::vector<int>& awaited) {
 }
 
 void Stall::timed_out(const std::vector<int>& awaited, const std::string& doing) {
+  // A rank that was stopped (SIGSTOP, a swapped-out host) finds its deadline long past when it
+  // runs again, before the peers' abort, sent while it was stopped, is read (over TCP its control
+  // connection may be re-dialing): their cause, not a timeout of its own, is what it must report.
+  for (int i = 0; i < kAbortGraceSteps; ++i) {
+    if (auto reason = t_.abort_reason(); reason && !peers_are_past(awaited)) {
+      std::string why = *reason;
+      if (why.rfind("stragg: ", 0) == 0) why = why.substr(8);
+      throw Error(collective_prefix(t_.rank(), spec_) + ": the group was aborted: " + why);
+    }
+    std::this_thread::sleep_for(kAbortGraceStep);
+  }
   StallFacts f;
   f.rank = t_.rank();
   f.spec = spec_;
