@@ -190,11 +190,7 @@ std::string diagnose_stall(const StallFacts& f) {
 void Stall::check(Clock::time_point now, const std::vector<int>& awaited,
                   const std::string& doing) {
   const int rank = t_.rank();
-  if (auto reason = t_.abort_reason(); reason && !peers_are_past(awaited)) {
-    std::string why = *reason;
-    if (why.rfind("stragg: ", 0) == 0) why = why.substr(8);
-    throw Error(collective_prefix(rank, spec_) + ": the group was aborted: " + why);
-  }
+  throw_if_aborted(awaited);
   if (now - last_health_ >= kHealthEvery) {
     last_health_ = now;
     std::vector<int> dead;
@@ -211,6 +207,14 @@ void Stall::check(Clock::time_point now, const std::vector<int>& awaited,
     }
   }
   if (now >= deadline_) timed_out(awaited, doing);
+}
+
+void Stall::throw_if_aborted(const std::vector<int>& awaited) {
+  if (auto reason = t_.abort_reason(); reason && !peers_are_past(awaited)) {
+    std::string why = *reason;
+    if (why.rfind("stragg: ", 0) == 0) why = why.substr(8);
+    throw Error(collective_prefix(t_.rank(), spec_) + ": the group was aborted: " + why);
+  }
 }
 
 // An abort raised by a later collective (a peer finished this one, went on and failed there)
@@ -233,11 +237,7 @@ void Stall::timed_out(const std::vector<int>& awaited, const std::string& doing)
   // runs again, before the peers' abort, sent while it was stopped, is read (over TCP its control
   // connection may be re-dialing): their cause, not a timeout of its own, is what it must report.
   for (int i = 0; i < kAbortGraceSteps; ++i) {
-    if (auto reason = t_.abort_reason(); reason && !peers_are_past(awaited)) {
-      std::string why = *reason;
-      if (why.rfind("stragg: ", 0) == 0) why = why.substr(8);
-      throw Error(collective_prefix(t_.rank(), spec_) + ": the group was aborted: " + why);
-    }
+    throw_if_aborted(awaited);
     std::this_thread::sleep_for(kAbortGraceStep);
   }
   StallFacts f;

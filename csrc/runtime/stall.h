@@ -84,6 +84,8 @@ class Stall {
 
  private:
   bool peers_are_past(const std::vector<int>& awaited);
+  // Throws the peers' abort, if one arrived and applies to this collective.
+  void throw_if_aborted(const std::vector<int>& awaited);
   [[noreturn]] void timed_out(const std::vector<int>& awaited, const std::string& doing);
 
   Transport& t_;
