@@ -10,9 +10,11 @@
 namespace stragg {
 
 namespace {
-// How long a timeout waits for an abort that may still be arriving (see Stall::timed_out).
+// How long a timeout waits for an abort that may still be arriving (see Stall::timed_out), and
+// how long a rank must have gone without a check to do so (it was stopped, not just late).
 constexpr int kAbortGraceSteps = 40;
 constexpr auto kAbortGraceStep = std::chrono::milliseconds(50);
+constexpr auto kStoppedGap = std::chrono::seconds(1);
 }  // namespace
 
 namespace {
@@ -206,7 +208,9 @@ void Stall::check(Clock::time_point now, const std::vector<int>& awaited,
                          " was " + doing);
     }
   }
-  if (now >= deadline_) timed_out(awaited, doing);
+  const bool was_stopped = now - last_check_ >= kStoppedGap;
+  last_check_ = now;
+  if (now >= deadline_) timed_out(was_stopped, awaited, doing);
 }
 
 void Stall::throw_if_aborted(const std::vector<int>& awaited) {
@@ -232,14 +236,10 @@ bool Stall::peers_are_past(const std::vector<int>& awaited) {
   return true;
 }
 
-void Stall::timed_out(const std::vector<int>& awaited, const std::string& doing) {
-  // A rank that was stopped (SIGSTOP, a swapped-out host) finds its deadline long past when it
-  // runs again, before the peers' abort, sent while it was stopped, is read (over TCP its control
-  // connection may be re-dialing): their cause, not a timeout of its own, is what it must report.
-  for (int i = 0; i < kAbortGraceSteps; ++i) {
-    throw_if_aborted(awaited);
-    std::this_thread::sleep_for(kAbortGraceStep);
-  }
+void Stall::timed_out(bool was_stopped, const std::vector<int>& awaited,
+                      const std::string& doing) {
+  // The facts as they stand at the deadline: peers that time out too and exit while this rank
+  // waits below must not turn its diagnosis into "rank q has died".
   StallFacts f;
   f.rank = t_.rank();
   f.spec = spec_;
@@ -248,6 +248,15 @@ void Stall::timed_out(const std::vector<int>& awaited, const std::string& doing)
   f.peers.resize(t_.size());
   for (int q = 0; q < t_.size(); ++q) {
     if (q != f.rank) f.peers[q] = t_.peer_status(q);
+  }
+  // A rank that was stopped (SIGSTOP, a swapped-out host) finds its deadline long past when it
+  // runs again, before the peers' abort, sent while it was stopped, is read (over TCP its control
+  // connection may be re-dialing): their cause, not a timeout of its own, is what it must report.
+  if (was_stopped) {
+    for (int i = 0; i < kAbortGraceSteps; ++i) {
+      throw_if_aborted(awaited);
+      std::this_thread::sleep_for(kAbortGraceStep);
+    }
   }
   std::ostringstream m;
   // " timeout " as a word: what torch's test suite (and users' log filters) look for.

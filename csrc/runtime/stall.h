@@ -72,7 +72,8 @@ class Stall {
 
   Stall(Transport& t, const CollectiveSpec& spec, Clock::time_point start,
         std::chrono::milliseconds timeout)
-      : t_(t), spec_(spec), deadline_(start + timeout), timeout_(timeout), last_health_(start) {}
+      : t_(t), spec_(spec), deadline_(start + timeout), timeout_(timeout), last_health_(start),
+        last_check_(start) {}
 
   Clock::time_point deadline() const { return deadline_; }
 
@@ -86,13 +87,15 @@ class Stall {
   bool peers_are_past(const std::vector<int>& awaited);
   // Throws the peers' abort, if one arrived and applies to this collective.
   void throw_if_aborted(const std::vector<int>& awaited);
-  [[noreturn]] void timed_out(const std::vector<int>& awaited, const std::string& doing);
+  [[noreturn]] void timed_out(bool was_stopped, const std::vector<int>& awaited,
+                              const std::string& doing);
 
   Transport& t_;
   const CollectiveSpec& spec_;
   Clock::time_point deadline_;
   std::chrono::milliseconds timeout_;
   Clock::time_point last_health_;
+  Clock::time_point last_check_;  // waits between checks are <= 100 ms unless the rank stopped
 };
 
 // Throws stragg::Error if the group was aborted before this collective started.
